@@ -1,0 +1,18 @@
+/* Internal error reporting: sets the calling thread's message and returns the code. */
+#ifndef LLMT_CORE_ERROR_H
+#define LLMT_CORE_ERROR_H
+
+#include <stdarg.h>
+
+/* Records a formatted message for llmt_error_last() and returns code, so a
+ * failing path reads `return llmt_fail(LLMT_EINVAL, "...", ...);`. */
+int llmt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Like llmt_fail, with a va_list. */
+int llmt_vfail(int code, const char *fmt, va_list ap);
+
+/* Prepends "prefix: " to the calling thread's message and returns code; used
+ * to add context (a file, a tensor) to an error raised deeper down. */
+int llmt_fail_prefix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

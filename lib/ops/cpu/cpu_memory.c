@@ -1,0 +1,89 @@
+/* CPU backend: memory functions. Device memory is host memory, 64-byte aligned. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llmt/common.h"
+#include "core/error.h"
+#include "ops/ops.h"
+
+#define CPU_ALIGNMENT 64
+
+static int cpu_mem_alloc(llmt_device *dev, size_t bytes, void **out)
+{
+    (void)dev;
+    void *p = NULL;
+    size_t rounded = (bytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+    if (rounded < bytes || posix_memalign(&p, CPU_ALIGNMENT, rounded) != 0)
+        return llmt_fail(LLMT_ENOMEM, "cpu backend: malloc of %zu bytes failed", bytes);
+    *out = p;
+    return LLMT_OK;
+}
+
+static void cpu_mem_free(llmt_device *dev, void *ptr)
+{
+    (void)dev;
+    free(ptr);
+}
+
+static int cpu_copy(llmt_device *dev, void *dst, const void *src, size_t bytes)
+{
+    (void)dev;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return LLMT_OK;
+}
+
+static int cpu_mem_zero(llmt_device *dev, void *dst, size_t bytes)
+{
+    (void)dev;
+    if (bytes)
+        memset(dst, 0, bytes);
+    return LLMT_OK;
+}
+
+static int cpu_mem_info(llmt_device *dev, uint64_t *total, uint64_t *free_now)
+{
+    (void)dev;
+    long page = sysconf(_SC_PAGESIZE);
+    long pages = sysconf(_SC_PHYS_PAGES);
+    long avail = sysconf(_SC_AVPHYS_PAGES);
+    *total = (page > 0 && pages > 0) ? (uint64_t)page * (uint64_t)pages : 0;
+    *free_now = (page > 0 && avail > 0) ? (uint64_t)page * (uint64_t)avail : 0;
+    return LLMT_OK;
+}
+
+static int cpu_synchronize(llmt_device *dev)
+{
+    (void)dev;
+    return LLMT_OK;
+}
+
+static void cpu_destroy(llmt_device *dev)
+{
+    free(dev);
+}
+
+static const llmt_backend_ops cpu_ops = {
+    .name = "cpu",
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .copy_to_device = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .copy_on_device = cpu_copy,
+    .mem_zero = cpu_mem_zero,
+    .mem_info = cpu_mem_info,
+    .synchronize = cpu_synchronize,
+    .destroy = cpu_destroy,
+};
+
+int llmt_cpu_backend_create(int num_threads, llmt_device **out)
+{
+    llmt_device *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return llmt_fail(LLMT_ENOMEM, "cpu backend: out of host memory");
+    dev->ops = &cpu_ops;
+    dev->num_threads = num_threads;
+    *out = dev;
+    return LLMT_OK;
+}
