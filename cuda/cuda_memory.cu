@@ -71,18 +71,25 @@ static void cuda_destroy(llmt_device *dev)
     free(cb);
 }
 
-static const llmt_backend_ops cuda_ops = {
-    "cuda",
-    cuda_mem_alloc,
-    cuda_mem_free,
-    cuda_copy_to_device,
-    cuda_copy_to_host,
-    cuda_copy_on_device,
-    cuda_mem_zero,
-    cuda_mem_info,
-    cuda_synchronize,
-    cuda_destroy,
-};
+/* The op table. The numeric ops are not implemented on CUDA yet (they stay
+ * NULL): the model refuses a backend whose table lacks them. */
+static llmt_backend_ops make_cuda_ops(void)
+{
+    llmt_backend_ops o = {};
+    o.name = "cuda";
+    o.mem_alloc = cuda_mem_alloc;
+    o.mem_free = cuda_mem_free;
+    o.copy_to_device = cuda_copy_to_device;
+    o.copy_to_host = cuda_copy_to_host;
+    o.copy_on_device = cuda_copy_on_device;
+    o.mem_zero = cuda_mem_zero;
+    o.mem_info = cuda_mem_info;
+    o.synchronize = cuda_synchronize;
+    o.destroy = cuda_destroy;
+    return o;
+}
+
+static const llmt_backend_ops cuda_ops = make_cuda_ops();
 
 /* The plugin's one exported function: opens `device` and returns a backend. */
 extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_open(

@@ -19,5 +19,8 @@
 #include "llmt/version.h"
 #include "llmt/common.h"
 #include "llmt/context.h"
+#include "llmt/model.h"
+#include "llmt/loss_scaler.h"
+#include "llmt/optimizer.h"
 
 #endif

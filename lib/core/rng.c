@@ -3,45 +3,10 @@
 
 #include "core/rng.h"
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-void llmt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
-{
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-static void stream_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4])
-{
-    const uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
-                             (uint32_t)(stream >> 32)};
-    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    llmt_philox4x32_10(ctr, key, out);
-}
-
 uint32_t llmt_rng_u32_at(uint64_t seed, uint64_t stream, uint64_t index)
 {
     uint32_t block[4];
-    stream_block(seed, stream, index / 4, block);
+    llmt_rng_block(seed, stream, index / 4, block);
     return block[index % 4];
 }
 
@@ -65,6 +30,8 @@ void llmt_rng_fill_uniform(llmt_rng_state *s, float *out, size_t n)
 void llmt_rng_fill_normal(llmt_rng_state *s, float *out, size_t n, float mean, float std)
 {
     const double two_pi = 6.283185307179586476925286766559;
+    /* Each value depends only on its index: the loop may run in parallel. */
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) {
         uint64_t pair = s->offset + 2 * (i / 2);
         /* u1 in (0, 1] keeps the logarithm finite. */

@@ -20,8 +20,38 @@ enum {
     LLMT_STREAM_ROUNDING = 3  /* stochastic rounding of BF16_PURE updates */
 };
 
-/* One Philox4x32-10 block. */
-void llmt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* One Philox4x32-10 block; inline so kernels drawing per element vectorise. */
+static inline void llmt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
+                                      uint32_t out[4])
+{
+    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; round++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* Block number `block` of stream (seed, stream): values 4 block .. 4 block + 3. */
+static inline void llmt_rng_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4])
+{
+    const uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
+                             (uint32_t)(stream >> 32)};
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    llmt_philox4x32_10(ctr, key, out);
+}
 
 /* Value number index of stream (seed, stream). */
 uint32_t llmt_rng_u32_at(uint64_t seed, uint64_t stream, uint64_t index);

@@ -15,9 +15,60 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 1
+#define LLMT_BACKEND_ABI 2
 
 typedef struct llmt_device llmt_device;
+
+/* Arguments of one AdamW update over n consecutive parameters (PyTorch's
+ * AdamW: w *= 1 - lr wd; m, v updated; w -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)),
+ * the gradient multiplied by grad_factor first. */
+typedef struct llmt_adamw_args {
+    void *w;             /* weights, dtype w_dt */
+    float *master;       /* fp32 master weights, or NULL: the update works on w */
+    const void *g;       /* gradients, dtype w_dt */
+    void *m, *v;         /* moments, dtype state_dt */
+    int64_t n;
+    int w_dt, state_dt;
+    float grad_factor;   /* 1 / loss scale * clip coefficient */
+    float lr, beta1, beta2, eps, weight_decay;
+    float bias_correction1, bias_correction2; /* 1 - beta^t */
+    /* Stochastic rounding of w (no master): element i draws value
+     * rng_offset + i of Philox stream (seed, LLMT_STREAM_ROUNDING). */
+    int stochastic;
+    uint64_t seed, rng_offset;
+} llmt_adamw_args;
+
+/* Dimensions that size the ops' scratch. */
+typedef struct llmt_op_dims {
+    int64_t batch, seq, hidden, heads, kv_heads, head_dim, ffn, vocab, ce_chunk;
+    int dt;
+    int num_threads;
+} llmt_op_dims;
+
+/* Shape of one attention call. */
+typedef struct llmt_attn_dims {
+    int64_t batch, seq, heads, kv_heads, head_dim;
+} llmt_attn_dims;
+
+/* Arguments of lm_head_ce. With targets, the summed loss and counted rows
+ * are returned (rows with target -1 ignored) and, with want_grad, dh is
+ * written and dw accumulated with the gradient of grad_scale * sum(loss_i).
+ * With logits_out, every row's fp32 logits are copied there (host). */
+typedef struct llmt_ce_args {
+    const void *h;          /* [m, d] final hidden states */
+    const void *w;          /* [vocab, d] LM head */
+    const int32_t *targets; /* [m], -1 = ignore; NULL: logits only */
+    int64_t m, d, vocab, chunk;
+    int dt;
+    int want_grad;
+    float grad_scale;
+    void *dh;            /* [m, d] */
+    void *dw;            /* [vocab, d] */
+    void *scratch;
+    double *loss_sum;    /* host: sum of the losses of counted rows */
+    int64_t *count;      /* host: rows with a target */
+    float *logits_out;   /* host [m, vocab] or NULL */
+} llmt_ce_args;
 
 typedef struct llmt_backend_ops {
     const char *name;
@@ -36,6 +87,78 @@ typedef struct llmt_backend_ops {
 
     /* Releases the backend instance. */
     void (*destroy)(llmt_device *dev);
+
+    /* ---- Numeric ops. Tensors are row-major; "dt" is the storage dtype of
+     * the activation and parameter tensors (F32, BF16 or F16), computed in
+     * fp32. Per-row statistics (rstd) are always fp32. Ops that need scratch
+     * take `scratch`, at least scratch_bytes() large. Reductions run in a
+     * fixed order: the same inputs and thread count give the same bits. */
+
+    /* Scratch bytes the ops need for a model of these dimensions. */
+    size_t (*scratch_bytes)(const llmt_op_dims *dims);
+
+    /* C[m,n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T. */
+    int (*gemm)(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
+                void *c, int64_t ldc, int dt, void *scratch);
+
+    /* out[i] = table[ids[i]] for i < m; rows of d. */
+    int (*embedding_fwd)(llmt_device *dev, void *out, const void *table, const int32_t *ids,
+                         int64_t m, int64_t d, int dt);
+    /* dtable[ids[i]] += dout[i], accumulated in token order. */
+    int (*embedding_bwd)(llmt_device *dev, void *dtable, const void *dout, const int32_t *ids,
+                         int64_t m, int64_t d, int dt);
+
+    /* out = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps), per row. */
+    int (*rmsnorm_fwd)(llmt_device *dev, void *out, float *rstd, const void *x, const void *w,
+                       int64_t m, int64_t d, float eps, int dt);
+    /* dx (= or += when accumulate) and dw += the gradients of rmsnorm_fwd. */
+    int (*rmsnorm_bwd)(llmt_device *dev, void *dx, void *dw, const void *dout, const void *x,
+                       const void *w, const float *rstd, int64_t m, int64_t d, int accumulate,
+                       int dt, void *scratch);
+
+    /* Rotates the first `heads` head vectors of each row in place, row r at
+     * position r % seq (rotate-half convention); inverse rotates back, which
+     * is the backward pass. cos_sin: per position head_dim / 2 cosines, then
+     * as many sines. */
+    int (*rope)(llmt_device *dev, void *x, const float *cos_sin, int64_t m, int64_t seq,
+                int64_t heads, int64_t head_dim, int64_t row_stride, int inverse, int dt);
+
+    /* Causal attention over qkv rows [q heads | k heads | v heads]; out is
+     * [m, heads * head_dim]; probs [batch, heads, seq, seq] is written when
+     * not NULL (kept for backward). */
+    int (*attention_fwd)(llmt_device *dev, void *out, void *probs, const void *qkv,
+                         const llmt_attn_dims *a, int dt, void *scratch);
+    /* dqkv = gradient of attention_fwd; probs NULL recomputes them. */
+    int (*attention_bwd)(llmt_device *dev, void *dqkv, const void *dout, const void *qkv,
+                         const void *probs, const void *out, const llmt_attn_dims *a, int dt,
+                         void *scratch);
+
+    /* out[i, j] = silu(gu[i, j]) * gu[i, f + j] for rows of 2f. */
+    int (*swiglu_fwd)(llmt_device *dev, void *out, const void *gate_up, int64_t m, int64_t f,
+                      int dt);
+    /* dgate_up = gradient of swiglu_fwd. */
+    int (*swiglu_bwd)(llmt_device *dev, void *dgate_up, const void *dout, const void *gate_up,
+                      int64_t m, int64_t f, int dt);
+
+    /* dst[i] = src[i] converted between dtypes (round to nearest even). */
+    int (*cast)(llmt_device *dev, void *dst, int dst_dt, const void *src, int src_dt, int64_t n);
+
+    /* y += x over n elements. */
+    int (*add)(llmt_device *dev, void *y, const void *x, int64_t n, int dt);
+
+    /* Fused LM head and cross-entropy, chunked over rows so that only
+     * [chunk, vocab] logits exist at once; see llmt_ce_args. */
+    int (*lm_head_ce)(llmt_device *dev, const llmt_ce_args *args);
+
+    /* Bytes of scratch the optimizer ops need (allocated by the optimizer). */
+    size_t optim_scratch_bytes;
+    /* One pass over gradients: sum of (factor g)^2 in double and the count
+     * of non-finite (factor g). */
+    int (*grad_stats)(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
+                      double *sumsq, int64_t *nonfinite, void *scratch);
+    /* One AdamW update; see llmt_adamw_args. */
+    int (*adamw)(llmt_device *dev, const llmt_adamw_args *args);
 } llmt_backend_ops;
 
 /* A backend instance; each backend embeds this first in its own state. */

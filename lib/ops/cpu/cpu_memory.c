@@ -5,11 +5,11 @@
 
 #include "llmt/common.h"
 #include "core/error.h"
-#include "ops/ops.h"
+#include "ops/cpu/cpu_backend.h"
 
 #define CPU_ALIGNMENT 64
 
-static int cpu_mem_alloc(llmt_device *dev, size_t bytes, void **out)
+int llmt_cpu_mem_alloc(llmt_device *dev, size_t bytes, void **out)
 {
     (void)dev;
     void *p = NULL;
@@ -20,13 +20,13 @@ static int cpu_mem_alloc(llmt_device *dev, size_t bytes, void **out)
     return LLMT_OK;
 }
 
-static void cpu_mem_free(llmt_device *dev, void *ptr)
+void llmt_cpu_mem_free(llmt_device *dev, void *ptr)
 {
     (void)dev;
     free(ptr);
 }
 
-static int cpu_copy(llmt_device *dev, void *dst, const void *src, size_t bytes)
+int llmt_cpu_copy(llmt_device *dev, void *dst, const void *src, size_t bytes)
 {
     (void)dev;
     if (bytes)
@@ -34,7 +34,7 @@ static int cpu_copy(llmt_device *dev, void *dst, const void *src, size_t bytes)
     return LLMT_OK;
 }
 
-static int cpu_mem_zero(llmt_device *dev, void *dst, size_t bytes)
+int llmt_cpu_mem_zero(llmt_device *dev, void *dst, size_t bytes)
 {
     (void)dev;
     if (bytes)
@@ -42,7 +42,7 @@ static int cpu_mem_zero(llmt_device *dev, void *dst, size_t bytes)
     return LLMT_OK;
 }
 
-static int cpu_mem_info(llmt_device *dev, uint64_t *total, uint64_t *free_now)
+int llmt_cpu_mem_info(llmt_device *dev, uint64_t *total, uint64_t *free_now)
 {
     (void)dev;
     long page = sysconf(_SC_PAGESIZE);
@@ -53,37 +53,14 @@ static int cpu_mem_info(llmt_device *dev, uint64_t *total, uint64_t *free_now)
     return LLMT_OK;
 }
 
-static int cpu_synchronize(llmt_device *dev)
+int llmt_cpu_synchronize(llmt_device *dev)
 {
     (void)dev;
     return LLMT_OK;
 }
 
-static void cpu_destroy(llmt_device *dev)
+void llmt_cpu_destroy(llmt_device *dev)
 {
     free(dev);
 }
 
-static const llmt_backend_ops cpu_ops = {
-    .name = "cpu",
-    .mem_alloc = cpu_mem_alloc,
-    .mem_free = cpu_mem_free,
-    .copy_to_device = cpu_copy,
-    .copy_to_host = cpu_copy,
-    .copy_on_device = cpu_copy,
-    .mem_zero = cpu_mem_zero,
-    .mem_info = cpu_mem_info,
-    .synchronize = cpu_synchronize,
-    .destroy = cpu_destroy,
-};
-
-int llmt_cpu_backend_create(int num_threads, llmt_device **out)
-{
-    llmt_device *dev = calloc(1, sizeof *dev);
-    if (!dev)
-        return llmt_fail(LLMT_ENOMEM, "cpu backend: out of host memory");
-    dev->ops = &cpu_ops;
-    dev->num_threads = num_threads;
-    *out = dev;
-    return LLMT_OK;
-}

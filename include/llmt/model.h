@@ -1,0 +1,154 @@
+/* llmt_model: a LLaMA-family decoder (the Hugging Face LlamaForCausalLM
+ * architecture and tensor names), its parameters, gradients and activation
+ * arena, on the backend of its context.
+ *
+ * Layers: token embedding; per layer RMSNorm -> attention (RoPE rotate-half,
+ * grouped-query when kv_heads < heads, causal softmax) -> residual -> RMSNorm
+ * -> SwiGLU FFN down(silu(gate(x)) * up(x)) -> residual; final RMSNorm; LM
+ * head (its own weight, or the embedding's when tied); cross-entropy over next
+ * tokens. */
+#ifndef LLMT_MODEL_H
+#define LLMT_MODEL_H
+
+#include "llmt/common.h"
+#include "llmt/context.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmt_model llmt_model;
+
+/* What each precision mode stores in which dtype (docs/precision.md). */
+typedef enum llmt_precision {
+    LLMT_PRECISION_FP32 = 0,       /* everything fp32 */
+    LLMT_PRECISION_BF16_MIXED = 1, /* bf16 weights, activations, grads; fp32 master and moments */
+    LLMT_PRECISION_FP16_MIXED = 2, /* fp16 likewise, with the dynamic loss scaler */
+    LLMT_PRECISION_BF16_PURE = 3   /* bf16 weights and moments, stochastic rounding */
+} llmt_precision;
+
+#define LLMT_MODEL_CONFIG_VERSION 1
+
+typedef struct llmt_model_config {
+    uint32_t version;     /* LLMT_MODEL_CONFIG_VERSION */
+    int32_t vocab_size;   /* tokens */
+    int32_t hidden_size;  /* model width d */
+    int32_t num_layers;   /* decoder layers */
+    int32_t num_heads;    /* attention heads; hidden_size = num_heads * head_dim */
+    int32_t num_kv_heads; /* key/value heads; divides num_heads */
+    int32_t ffn_size;     /* SwiGLU inner width */
+    int32_t max_seq_len;  /* longest sequence a batch may have */
+    float rms_norm_eps;   /* RMSNorm epsilon */
+    float rope_theta;     /* RoPE base */
+    int32_t tie_embeddings; /* 1: the LM head is the embedding matrix */
+    int32_t precision;      /* llmt_precision */
+} llmt_model_config;
+
+/* A small default (vocab 256 bytes, d 128, 2 layers, 4 heads, 2 kv heads,
+ * ffn 384, seq 256, eps 1e-5, theta 10000, untied, FP32). */
+#define LLMT_MODEL_CONFIG_INIT \
+    {LLMT_MODEL_CONFIG_VERSION, 256, 128, 2, 4, 2, 384, 256, 1e-5f, 10000.0f, 0, LLMT_PRECISION_FP32}
+
+/* Fills cfg with the defaults of LLMT_MODEL_CONFIG_INIT. */
+LLMT_API void llmt_model_config_init(llmt_model_config *cfg);
+
+/* Creates a model on ctx and initialises its parameters deterministically
+ * from the context's seed: linear and embedding weights N(0, 0.02^2), norm
+ * weights 1 (docs/model.md). Gradients start at zero. Errors: LLMT_EINVAL
+ * naming the field, LLMT_EVERSION, LLMT_ENOMEM (budget), LLMT_EUNSUPPORTED.
+ * The model borrows ctx, which must outlive it. */
+LLMT_API int llmt_model_create(llmt_model **out, llmt_context *ctx, const llmt_model_config *cfg);
+
+/* Releases a model and everything it allocated; NULL is accepted. */
+LLMT_API void llmt_model_free(llmt_model *model);
+
+/* Copies the model's configuration into *out. */
+LLMT_API int llmt_model_get_config(const llmt_model *model, llmt_model_config *out);
+
+/* Number of parameters (elements), the tied embedding counted once. */
+LLMT_API int64_t llmt_model_num_params(const llmt_model *model);
+
+/* One micro-batch: forward, cross-entropy over targets, backward. tokens and
+ * targets are host int32 arrays of batch * seq_len; a target of -1 is
+ * ignored. The gradient of  grad_scale * sum(loss_i) / normaliser  over the
+ * counted tokens is ADDED to the parameter gradients, so calls over slices of
+ * one batch, each given the whole batch's count as normaliser, add up to the
+ * gradient of the whole batch's mean loss. normaliser <= 0 means this call's
+ * own count. grad_scale is the loss multiplier (the loss scale of mixed
+ * precision; 1 otherwise). *loss (may be NULL) receives this call's mean loss
+ * over its counted tokens (0 when none). Errors: LLMT_EINVAL (shapes, token
+ * or target out of range, naming the position), LLMT_ENOMEM (the activation
+ * arena does not fit; nothing is accumulated then). */
+LLMT_API int llmt_model_forward_backward(llmt_model *model, const int32_t *tokens,
+                                         const int32_t *targets, int32_t batch, int32_t seq_len,
+                                         double grad_scale, double normaliser, double *loss);
+
+/* Forward only: the mean loss over the counted targets (for evaluation);
+ * gradients are not touched. */
+LLMT_API int llmt_model_forward(llmt_model *model, const int32_t *tokens, const int32_t *targets,
+                                int32_t batch, int32_t seq_len, double *loss);
+
+/* Forward only: the logits of every position, fp32, into a caller buffer of
+ * count = batch * seq_len * vocab_size floats. */
+LLMT_API int llmt_model_logits(llmt_model *model, const int32_t *tokens, int32_t batch,
+                               int32_t seq_len, float *out, size_t count);
+
+/* Sets every gradient to zero. */
+LLMT_API int llmt_model_zero_grads(llmt_model *model);
+
+#define LLMT_TENSOR_INFO_VERSION 1
+
+typedef struct llmt_tensor_info {
+    uint32_t version;  /* set by the caller: LLMT_TENSOR_INFO_VERSION */
+    const char *name;  /* Hugging Face name; borrowed, lives as long as the model */
+    int32_t ndim;      /* 1 or 2 */
+    int64_t shape[4];  /* shape[0..ndim) */
+    int64_t numel;     /* elements */
+    int32_t dtype;     /* storage dtype of the parameter (llmt_dtype) */
+} llmt_tensor_info;
+
+#define LLMT_TENSOR_INFO_INIT {LLMT_TENSOR_INFO_VERSION, 0, 0, {0, 0, 0, 0}, 0, 0}
+
+/* Number of named parameter tensors. */
+LLMT_API int32_t llmt_model_num_tensors(const llmt_model *model);
+
+/* Describes tensor `index` (0 <= index < llmt_model_num_tensors). */
+LLMT_API int llmt_model_tensor_info(const llmt_model *model, int32_t index, llmt_tensor_info *out);
+
+/* Index of the tensor with this Hugging Face name; LLMT_ENOTFOUND if none. */
+LLMT_API int llmt_model_tensor_find(const llmt_model *model, const char *name, int32_t *index);
+
+/* Copies a parameter out as fp32 into a caller buffer of exactly its numel. */
+LLMT_API int llmt_model_get_param(const llmt_model *model, const char *name, float *out,
+                                  size_t count);
+
+/* Copies a parameter in from fp32 (rounded to the storage dtype). */
+LLMT_API int llmt_model_set_param(llmt_model *model, const char *name, const float *in,
+                                  size_t count);
+
+/* Copies a parameter's gradient out as fp32. */
+LLMT_API int llmt_model_get_grad(const llmt_model *model, const char *name, float *out,
+                                 size_t count);
+
+/* Copies a gradient in from fp32 (for custom losses and tests). */
+LLMT_API int llmt_model_set_grad(llmt_model *model, const char *name, const float *in,
+                                 size_t count);
+
+/* Writes the weights to a safetensors file under Hugging Face names, in
+ * dtype (F32, BF16 or F16) on disk, with the configuration in __metadata__.
+ * The file is written under a temporary name, synced and renamed into place:
+ * a failure leaves any previous file at path untouched. */
+LLMT_API int llmt_model_save_safetensors(const llmt_model *model, const char *path, int dtype);
+
+/* Reads weights written by llmt_model_save_safetensors (or any safetensors
+ * file with the same names and shapes, F32/BF16/F16). The header is validated
+ * before anything is read and the model is changed only when every tensor
+ * has been read: LLMT_ECORRUPT or LLMT_EINVAL with a message naming the
+ * tensor leave the model as it was. */
+LLMT_API int llmt_model_load_safetensors(llmt_model *model, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,147 @@
+/* llmt_optimizer: AdamW with decoupled weight decay and bias correction,
+ * gradient clipping by global norm, a learning-rate schedule, and the fp32
+ * master weights and moments of the model's precision mode
+ * (docs/precision.md):
+ *
+ *   mode         weights  grads  master  moments   bytes/param
+ *   FP32         f32      f32    -       f32 x2    16
+ *   BF16_MIXED   bf16     bf16   f32     f32 x2    16
+ *   FP16_MIXED   f16      f16    f32     f32 x2    16
+ *   BF16_PURE    bf16     bf16   -       bf16 x2    8
+ *
+ * One optimizer step consumes the gradients accumulated by
+ * llmt_model_forward_backward: it unscales them by the loss scaler's scale
+ * and checks for inf/NaN in one pass (an overflow skips the step and leaves
+ * weights, moments and the step count untouched), clips by global norm,
+ * updates, casts the master weights back to the model's dtype, and updates
+ * the scaler. */
+#ifndef LLMT_OPTIMIZER_H
+#define LLMT_OPTIMIZER_H
+
+#include "llmt/common.h"
+#include "llmt/loss_scaler.h"
+#include "llmt/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmt_optimizer llmt_optimizer;
+
+/* Learning-rate schedules; each starts with warmup_steps of linear warmup. */
+typedef enum llmt_schedule {
+    LLMT_SCHEDULE_CONSTANT = 0, /* lr after warmup */
+    LLMT_SCHEDULE_COSINE = 1,   /* cosine from lr to min_lr at total_steps */
+    LLMT_SCHEDULE_LINEAR = 2    /* linear from lr to min_lr at total_steps */
+} llmt_schedule;
+
+#define LLMT_OPTIMIZER_CONFIG_VERSION 1
+
+typedef struct llmt_optimizer_config {
+    uint32_t version;     /* LLMT_OPTIMIZER_CONFIG_VERSION */
+    double lr;            /* peak learning rate: 3e-4 */
+    double beta1;         /* 0.9 */
+    double beta2;         /* 0.95 */
+    double eps;           /* 1e-8 */
+    double weight_decay;  /* decoupled: 0.1 */
+    int32_t decay_norms;  /* 1: decay RMSNorm weights too (default 0) */
+    double grad_clip;     /* largest global gradient norm; 0 disables: 1.0 */
+    int32_t schedule;     /* llmt_schedule: LLMT_SCHEDULE_CONSTANT */
+    int64_t warmup_steps; /* 0 */
+    int64_t total_steps;  /* where cosine/linear reach min_lr: 0 */
+    double min_lr;        /* floor of the decay: 0 */
+} llmt_optimizer_config;
+
+#define LLMT_OPTIMIZER_CONFIG_INIT \
+    {LLMT_OPTIMIZER_CONFIG_VERSION, 3e-4, 0.9, 0.95, 1e-8, 0.1, 0, 1.0, LLMT_SCHEDULE_CONSTANT, 0, 0, 0.0}
+
+/* Fills cfg with the defaults of LLMT_OPTIMIZER_CONFIG_INIT. */
+LLMT_API void llmt_optimizer_config_init(llmt_optimizer_config *cfg);
+
+/* Creates an AdamW optimizer for model, allocating its moments (and master
+ * weights, copied from the model, in the mixed modes) in the OPTIMIZER
+ * category. The model must outlive the optimizer. Errors: LLMT_EINVAL naming
+ * the field, LLMT_EVERSION, LLMT_ENOMEM. */
+LLMT_API int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model,
+                                   const llmt_optimizer_config *cfg);
+
+/* Releases an optimizer; NULL is accepted. */
+LLMT_API void llmt_optimizer_free(llmt_optimizer *opt);
+
+/* Run-time settings, each validated and bounded. */
+typedef enum llmt_opt_param {
+    LLMT_OPT_LR = 0,           /* (0, 10] */
+    LLMT_OPT_BETA1 = 1,        /* [0, 1) */
+    LLMT_OPT_BETA2 = 2,        /* [0, 1) */
+    LLMT_OPT_EPS = 3,          /* (0, 1] */
+    LLMT_OPT_WEIGHT_DECAY = 4, /* [0, 1] */
+    LLMT_OPT_DECAY_NORMS = 5,  /* 0 or 1 */
+    LLMT_OPT_GRAD_CLIP = 6,    /* >= 0, 0 disables */
+    LLMT_OPT_SCHEDULE = 7,     /* an llmt_schedule */
+    LLMT_OPT_WARMUP_STEPS = 8, /* >= 0, a whole number */
+    LLMT_OPT_TOTAL_STEPS = 9,  /* >= 0, a whole number */
+    LLMT_OPT_MIN_LR = 10       /* [0, lr] */
+} llmt_opt_param;
+
+/* Sets a setting; out-of-range values are refused with LLMT_EINVAL. */
+LLMT_API int llmt_optimizer_set(llmt_optimizer *opt, int param, double value);
+
+/* Reads a setting. */
+LLMT_API int llmt_optimizer_get(const llmt_optimizer *opt, int param, double *value);
+
+/* Copies the current configuration (with every change made by _set). */
+LLMT_API int llmt_optimizer_get_config(const llmt_optimizer *opt, llmt_optimizer_config *out);
+
+/* The learning rate the next step will use. */
+LLMT_API double llmt_optimizer_lr(const llmt_optimizer *opt);
+
+#define LLMT_UPDATE_REPORT_VERSION 1
+
+typedef struct llmt_update_report {
+    uint32_t version;  /* set by the caller: LLMT_UPDATE_REPORT_VERSION */
+    int64_t step;      /* optimizer steps taken, after this one */
+    int32_t skipped;   /* 1 when an overflow skipped the update */
+    double grad_norm;  /* global norm of the unscaled gradients, before clipping */
+    double lr;         /* learning rate used (or that would have been) */
+    double loss_scale; /* the scale the gradients carried */
+} llmt_update_report;
+
+#define LLMT_UPDATE_REPORT_INIT {LLMT_UPDATE_REPORT_VERSION, 0, 0, 0.0, 0.0, 0.0}
+
+/* One update from the accumulated gradients. scaler may be NULL (gradients
+ * unscaled; an overflow still skips the step). The gradients are left as
+ * they are: zero them before the next accumulation. report may be NULL. */
+LLMT_API int llmt_optimizer_step(llmt_optimizer *opt, llmt_loss_scaler *scaler,
+                                 llmt_update_report *report);
+
+/* Optimizer steps taken (skipped steps not counted); -1 for NULL. */
+LLMT_API int64_t llmt_optimizer_step_count(const llmt_optimizer *opt);
+
+/* Restores the step count (bias correction and schedule position). */
+LLMT_API int llmt_optimizer_set_step_count(llmt_optimizer *opt, int64_t steps);
+
+/* Per-parameter state tensors. */
+typedef enum llmt_opt_state {
+    LLMT_OPT_STATE_EXP_AVG = 0,    /* first moment */
+    LLMT_OPT_STATE_EXP_AVG_SQ = 1, /* second moment */
+    LLMT_OPT_STATE_MASTER = 2      /* fp32 master weights (mixed modes only) */
+} llmt_opt_state;
+
+/* Storage dtype of a state tensor kind, or -1 when this mode has none. */
+LLMT_API int32_t llmt_optimizer_state_dtype(const llmt_optimizer *opt, int kind);
+
+/* Copies the state of kind for the parameter named name out as fp32, into a
+ * buffer of exactly its numel. Exact: every stored dtype widens to fp32. */
+LLMT_API int llmt_optimizer_get_state(const llmt_optimizer *opt, int kind, const char *name,
+                                      float *out, size_t count);
+
+/* Copies state in from fp32 (rounded to nearest even for bf16 moments, so a
+ * value read by _get_state is restored exactly). */
+LLMT_API int llmt_optimizer_set_state(llmt_optimizer *opt, int kind, const char *name,
+                                      const float *in, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,62 @@
+/* The CPU backend's op table and constructor. */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "ops/cpu/cpu_backend.h"
+
+/* Scratch is shared by the ops (they run one at a time): the largest need. */
+static size_t cpu_scratch_bytes(const llmt_op_dims *d)
+{
+    size_t need[4] = {(size_t)d->num_threads * (size_t)d->hidden * sizeof(float),
+                      llmt_cpu_attention_scratch(d), llmt_cpu_ce_scratch(d),
+                      llmt_cpu_gemm_scratch(d)};
+    size_t most = 0;
+    for (int i = 0; i < 4; i++)
+        most = need[i] > most ? need[i] : most;
+    return most;
+}
+
+static const llmt_backend_ops cpu_ops = {
+    .name = "cpu",
+    .mem_alloc = llmt_cpu_mem_alloc,
+    .mem_free = llmt_cpu_mem_free,
+    .copy_to_device = llmt_cpu_copy,
+    .copy_to_host = llmt_cpu_copy,
+    .copy_on_device = llmt_cpu_copy,
+    .mem_zero = llmt_cpu_mem_zero,
+    .mem_info = llmt_cpu_mem_info,
+    .synchronize = llmt_cpu_synchronize,
+    .destroy = llmt_cpu_destroy,
+    .scratch_bytes = cpu_scratch_bytes,
+    .gemm = llmt_cpu_gemm,
+    .embedding_fwd = llmt_cpu_embedding_fwd,
+    .embedding_bwd = llmt_cpu_embedding_bwd,
+    .rmsnorm_fwd = llmt_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = llmt_cpu_rmsnorm_bwd,
+    .rope = llmt_cpu_rope,
+    .attention_fwd = llmt_cpu_attention_fwd,
+    .attention_bwd = llmt_cpu_attention_bwd,
+    .swiglu_fwd = llmt_cpu_swiglu_fwd,
+    .swiglu_bwd = llmt_cpu_swiglu_bwd,
+    .cast = llmt_cpu_cast,
+    .add = llmt_cpu_add,
+    .lm_head_ce = llmt_cpu_lm_head_ce,
+    .optim_scratch_bytes = 0,
+    .grad_stats = llmt_cpu_grad_stats,
+    .adamw = llmt_cpu_adamw,
+};
+
+int llmt_cpu_backend_create(int num_threads, llmt_device **out)
+{
+    llmt_device *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return llmt_fail(LLMT_ENOMEM, "cpu backend: out of host memory");
+    /* The CPU backend splits GEMMs over its own OpenMP threads; each calls
+     * OpenBLAS single-threaded. OpenBLAS's thread count is process-wide. */
+    openblas_set_num_threads(1);
+    dev->ops = &cpu_ops;
+    dev->num_threads = num_threads;
+    *out = dev;
+    return LLMT_OK;
+}

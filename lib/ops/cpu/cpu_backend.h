@@ -1,0 +1,58 @@
+/* The CPU backend's kernels, one file per family, gathered into its op table
+ * by cpu_backend.c. */
+#ifndef LLMT_OPS_CPU_BACKEND_H
+#define LLMT_OPS_CPU_BACKEND_H
+
+#include "ops/ops.h"
+#include "ops/cpu/cpu_kernels.h"
+
+int llmt_cpu_mem_alloc(llmt_device *dev, size_t bytes, void **out);
+void llmt_cpu_mem_free(llmt_device *dev, void *ptr);
+int llmt_cpu_copy(llmt_device *dev, void *dst, const void *src, size_t bytes);
+int llmt_cpu_mem_zero(llmt_device *dev, void *dst, size_t bytes);
+int llmt_cpu_mem_info(llmt_device *dev, uint64_t *total, uint64_t *free_now);
+int llmt_cpu_synchronize(llmt_device *dev);
+void llmt_cpu_destroy(llmt_device *dev);
+
+size_t llmt_cpu_gemm_scratch(const llmt_op_dims *dims);
+int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                  float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
+                  void *c, int64_t ldc, int dt, void *scratch);
+
+int llmt_cpu_embedding_fwd(llmt_device *dev, void *out, const void *table, const int32_t *ids,
+                           int64_t m, int64_t d, int dt);
+int llmt_cpu_embedding_bwd(llmt_device *dev, void *dtable, const void *dout, const int32_t *ids,
+                           int64_t m, int64_t d, int dt);
+
+int llmt_cpu_rmsnorm_fwd(llmt_device *dev, void *out, float *rstd, const void *x, const void *w,
+                         int64_t m, int64_t d, float eps, int dt);
+int llmt_cpu_rmsnorm_bwd(llmt_device *dev, void *dx, void *dw, const void *dout, const void *x,
+                         const void *w, const float *rstd, int64_t m, int64_t d, int accumulate,
+                         int dt, void *scratch);
+
+int llmt_cpu_rope(llmt_device *dev, void *x, const float *cos_sin, int64_t m, int64_t seq,
+                  int64_t heads, int64_t head_dim, int64_t row_stride, int inverse, int dt);
+
+int llmt_cpu_attention_fwd(llmt_device *dev, void *out, void *probs, const void *qkv,
+                           const llmt_attn_dims *a, int dt, void *scratch);
+int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const void *qkv,
+                           const void *probs, const void *out, const llmt_attn_dims *a, int dt,
+                           void *scratch);
+size_t llmt_cpu_attention_scratch(const llmt_op_dims *dims);
+
+int llmt_cpu_swiglu_fwd(llmt_device *dev, void *out, const void *gate_up, int64_t m, int64_t f,
+                        int dt);
+int llmt_cpu_swiglu_bwd(llmt_device *dev, void *dgate_up, const void *dout, const void *gate_up,
+                        int64_t m, int64_t f, int dt);
+
+int llmt_cpu_cast(llmt_device *dev, void *dst, int dst_dt, const void *src, int src_dt, int64_t n);
+int llmt_cpu_add(llmt_device *dev, void *y, const void *x, int64_t n, int dt);
+
+int llmt_cpu_lm_head_ce(llmt_device *dev, const llmt_ce_args *args);
+size_t llmt_cpu_ce_scratch(const llmt_op_dims *dims);
+
+int llmt_cpu_grad_stats(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
+                        double *sumsq, int64_t *nonfinite, void *scratch);
+int llmt_cpu_adamw(llmt_device *dev, const llmt_adamw_args *args);
+
+#endif

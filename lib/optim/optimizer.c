@@ -1,0 +1,362 @@
+/* llmt_optimizer: AdamW over the model's flat parameter buffer, with the
+ * loss scaler's overflow check, global-norm clipping and the schedule. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context_internal.h"
+#include "core/error.h"
+#include "model/model_internal.h"
+#include "model/transfer.h"
+#include "optim/optim_internal.h"
+
+void llmt_optimizer_config_init(llmt_optimizer_config *cfg)
+{
+    if (cfg) {
+        const llmt_optimizer_config defaults = LLMT_OPTIMIZER_CONFIG_INIT;
+        *cfg = defaults;
+    }
+}
+
+/* Range of each setting; integer settings must be whole numbers. */
+typedef struct setting {
+    const char *name;
+    double lo, hi;
+    int open_lo, open_hi, integer;
+} setting;
+
+static const setting settings[] = {
+    [LLMT_OPT_LR] = {"lr", 0, 10, 1, 0, 0},
+    [LLMT_OPT_BETA1] = {"beta1", 0, 1, 0, 1, 0},
+    [LLMT_OPT_BETA2] = {"beta2", 0, 1, 0, 1, 0},
+    [LLMT_OPT_EPS] = {"eps", 0, 1, 1, 0, 0},
+    [LLMT_OPT_WEIGHT_DECAY] = {"weight_decay", 0, 1, 0, 0, 0},
+    [LLMT_OPT_DECAY_NORMS] = {"decay_norms", 0, 1, 0, 0, 1},
+    [LLMT_OPT_GRAD_CLIP] = {"grad_clip", 0, 1e12, 0, 0, 0},
+    [LLMT_OPT_SCHEDULE] = {"schedule", 0, 2, 0, 0, 1},
+    [LLMT_OPT_WARMUP_STEPS] = {"warmup_steps", 0, 1e15, 0, 0, 1},
+    [LLMT_OPT_TOTAL_STEPS] = {"total_steps", 0, 1e15, 0, 0, 1},
+    [LLMT_OPT_MIN_LR] = {"min_lr", 0, 10, 0, 0, 0},
+};
+#define SETTING_COUNT ((int)(sizeof settings / sizeof settings[0]))
+
+static int check_setting(const char *fn, int param, double v)
+{
+    const setting *s = &settings[param];
+    int ok = isfinite(v) && (s->open_lo ? v > s->lo : v >= s->lo) &&
+             (s->open_hi ? v < s->hi : v <= s->hi) && (!s->integer || v == floor(v));
+    if (!ok)
+        return llmt_fail(LLMT_EINVAL, "%s: %s = %g is outside %s%g, %g%s%s", fn, s->name, v,
+                         s->open_lo ? "(" : "[", s->lo, s->hi, s->open_hi ? ")" : "]",
+                         s->integer ? " or not a whole number" : "");
+    return LLMT_OK;
+}
+
+static double get_setting(const llmt_optimizer_config *c, int param)
+{
+    switch (param) {
+    case LLMT_OPT_LR: return c->lr;
+    case LLMT_OPT_BETA1: return c->beta1;
+    case LLMT_OPT_BETA2: return c->beta2;
+    case LLMT_OPT_EPS: return c->eps;
+    case LLMT_OPT_WEIGHT_DECAY: return c->weight_decay;
+    case LLMT_OPT_DECAY_NORMS: return c->decay_norms;
+    case LLMT_OPT_GRAD_CLIP: return c->grad_clip;
+    case LLMT_OPT_SCHEDULE: return c->schedule;
+    case LLMT_OPT_WARMUP_STEPS: return (double)c->warmup_steps;
+    case LLMT_OPT_TOTAL_STEPS: return (double)c->total_steps;
+    default: return c->min_lr;
+    }
+}
+
+static void put_setting(llmt_optimizer_config *c, int param, double v)
+{
+    switch (param) {
+    case LLMT_OPT_LR: c->lr = v; break;
+    case LLMT_OPT_BETA1: c->beta1 = v; break;
+    case LLMT_OPT_BETA2: c->beta2 = v; break;
+    case LLMT_OPT_EPS: c->eps = v; break;
+    case LLMT_OPT_WEIGHT_DECAY: c->weight_decay = v; break;
+    case LLMT_OPT_DECAY_NORMS: c->decay_norms = (int32_t)v; break;
+    case LLMT_OPT_GRAD_CLIP: c->grad_clip = v; break;
+    case LLMT_OPT_SCHEDULE: c->schedule = (int32_t)v; break;
+    case LLMT_OPT_WARMUP_STEPS: c->warmup_steps = (int64_t)v; break;
+    case LLMT_OPT_TOTAL_STEPS: c->total_steps = (int64_t)v; break;
+    default: c->min_lr = v; break;
+    }
+}
+
+int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn)
+{
+    if (c->version != LLMT_OPTIMIZER_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
+                         c->version, LLMT_OPTIMIZER_CONFIG_VERSION);
+    for (int p = 0; p < SETTING_COUNT; p++) {
+        int rc = check_setting(fn, p, get_setting(c, p));
+        if (rc)
+            return rc;
+    }
+    if (c->min_lr > c->lr)
+        return llmt_fail(LLMT_EINVAL, "%s: min_lr = %g is above lr = %g", fn, c->min_lr, c->lr);
+    return LLMT_OK;
+}
+
+int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model, const llmt_optimizer_config *cfg)
+{
+    const char *fn = "llmt_optimizer_create";
+    if (!out)
+        return llmt_fail(LLMT_EINVAL, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!model || !cfg)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, model ? "cfg" : "model");
+    int rc = llmt_optimizer_config_check(cfg, fn);
+    if (rc)
+        return rc;
+    if (!model->ops->adamw || !model->ops->grad_stats || !model->ops->cast)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: the %s backend has no optimizer ops", fn,
+                         model->ops->name);
+    llmt_optimizer *o = calloc(1, sizeof *o);
+    if (!o)
+        return llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
+    o->model = model;
+    o->cfg = *cfg;
+    int precision = model->cfg.precision;
+    int mixed = precision == LLMT_PRECISION_BF16_MIXED || precision == LLMT_PRECISION_FP16_MIXED;
+    o->state_dt = precision == LLMT_PRECISION_BF16_PURE ? LLMT_DTYPE_BF16 : LLMT_DTYPE_F32;
+    llmt_context *ctx = model->ctx;
+    size_t n = (size_t)model->num_params, sb = llmt_dtype_size(o->state_dt);
+    rc = llmt_buf_alloc(ctx, &o->m, LLMT_MEM_OPTIMIZER, n * sb, "AdamW first moment");
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &o->v, LLMT_MEM_OPTIMIZER, n * sb, "AdamW second moment");
+    if (!rc && mixed)
+        rc = llmt_buf_alloc(ctx, &o->master, LLMT_MEM_OPTIMIZER, n * sizeof(float),
+                            "fp32 master weights");
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &o->scratch, LLMT_MEM_WORKSPACE, model->ops->optim_scratch_bytes,
+                            "optimizer scratch");
+    if (!rc)
+        rc = model->ops->mem_zero(model->dev, o->m.ptr, o->m.bytes);
+    if (!rc)
+        rc = model->ops->mem_zero(model->dev, o->v.ptr, o->v.bytes);
+    if (!rc && mixed)
+        rc = model->ops->cast(model->dev, o->master.ptr, LLMT_DTYPE_F32, model->weights.ptr,
+                              model->dt, model->num_params);
+    if (rc) {
+        llmt_optimizer_free(o);
+        return rc;
+    }
+    o->weights_epoch = model->weights_epoch;
+    *out = o;
+    return LLMT_OK;
+}
+
+void llmt_optimizer_free(llmt_optimizer *o)
+{
+    if (!o)
+        return;
+    llmt_context *ctx = o->model->ctx;
+    llmt_buf_free(ctx, &o->m);
+    llmt_buf_free(ctx, &o->v);
+    llmt_buf_free(ctx, &o->master);
+    llmt_buf_free(ctx, &o->scratch);
+    free(o);
+}
+
+int llmt_optimizer_set(llmt_optimizer *o, int param, double value)
+{
+    const char *fn = "llmt_optimizer_set";
+    if (!o)
+        return llmt_fail(LLMT_EINVAL, "%s: opt is NULL", fn);
+    if (param < 0 || param >= SETTING_COUNT)
+        return llmt_fail(LLMT_EINVAL, "%s: param = %d is not an llmt_opt_param", fn, param);
+    int rc = check_setting(fn, param, value);
+    if (rc)
+        return rc;
+    llmt_optimizer_config next = o->cfg;
+    put_setting(&next, param, value);
+    if (next.min_lr > next.lr)
+        return llmt_fail(LLMT_EINVAL, "%s: %s = %g would put min_lr (%g) above lr (%g)", fn,
+                         settings[param].name, value, next.min_lr, next.lr);
+    o->cfg = next;
+    return LLMT_OK;
+}
+
+int llmt_optimizer_get(const llmt_optimizer *o, int param, double *value)
+{
+    if (!o || !value)
+        return llmt_fail(LLMT_EINVAL, "llmt_optimizer_get: %s is NULL", o ? "value" : "opt");
+    if (param < 0 || param >= SETTING_COUNT)
+        return llmt_fail(LLMT_EINVAL, "llmt_optimizer_get: param = %d is not an llmt_opt_param",
+                         param);
+    *value = get_setting(&o->cfg, param);
+    return LLMT_OK;
+}
+
+int llmt_optimizer_get_config(const llmt_optimizer *o, llmt_optimizer_config *out)
+{
+    if (!o || !out)
+        return llmt_fail(LLMT_EINVAL, "llmt_optimizer_get_config: %s is NULL", o ? "out" : "opt");
+    *out = o->cfg;
+    return LLMT_OK;
+}
+
+double llmt_optimizer_lr(const llmt_optimizer *o)
+{
+    return o ? llmt_schedule_lr(&o->cfg, o->steps) : 0.0;
+}
+
+/* Runs AdamW over each maximal run of consecutive tensors sharing a weight
+ * decay (norm weights are excluded unless decay_norms). */
+static int update_all(llmt_optimizer *o, float grad_factor, double lr)
+{
+    const llmt_model *m = o->model;
+    int64_t t = o->steps + 1;
+    llmt_adamw_args a = {
+        .w_dt = m->dt,
+        .state_dt = o->state_dt,
+        .grad_factor = grad_factor,
+        .lr = (float)lr,
+        .beta1 = (float)o->cfg.beta1,
+        .beta2 = (float)o->cfg.beta2,
+        .eps = (float)o->cfg.eps,
+        .bias_correction1 = (float)(1.0 - pow(o->cfg.beta1, (double)t)),
+        .bias_correction2 = (float)(1.0 - pow(o->cfg.beta2, (double)t)),
+        .stochastic = m->cfg.precision == LLMT_PRECISION_BF16_PURE,
+        .seed = m->ctx->cfg.seed,
+    };
+    size_t wb = llmt_dtype_size(m->dt), sb = llmt_dtype_size(o->state_dt);
+    for (int32_t i = 0; i < m->n_params;) {
+        int decay = m->params[i].kind != LLMT_PARAM_NORM || o->cfg.decay_norms;
+        int32_t j = i + 1;
+        while (j < m->n_params && (m->params[j].kind != LLMT_PARAM_NORM || o->cfg.decay_norms) == decay)
+            j++;
+        int64_t off = m->params[i].offset;
+        a.n = m->params[j - 1].offset + m->params[j - 1].numel - off;
+        a.w = (char *)m->weights.ptr + (size_t)off * wb;
+        a.g = (const char *)m->grads.ptr + (size_t)off * wb;
+        a.m = (char *)o->m.ptr + (size_t)off * sb;
+        a.v = (char *)o->v.ptr + (size_t)off * sb;
+        a.master = o->master.ptr ? (float *)o->master.ptr + off : NULL;
+        a.weight_decay = decay ? (float)o->cfg.weight_decay : 0.0f;
+        /* Each step draws fresh rounding bits: element e uses value t P + e. */
+        a.rng_offset = (uint64_t)o->steps * (uint64_t)m->num_params + (uint64_t)off;
+        int rc = m->ops->adamw(m->dev, &a);
+        if (rc)
+            return rc;
+        i = j;
+    }
+    return LLMT_OK;
+}
+
+int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update_report *report)
+{
+    const char *fn = "llmt_optimizer_step";
+    if (!o)
+        return llmt_fail(LLMT_EINVAL, "%s: opt is NULL", fn);
+    if (report && report->version != LLMT_UPDATE_REPORT_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: report->version = %u, this library knows %u", fn,
+                         report->version, LLMT_UPDATE_REPORT_VERSION);
+    const llmt_model *m = o->model;
+    /* Weights set or loaded since the master was taken win over it. */
+    if (o->master.ptr && o->weights_epoch != m->weights_epoch) {
+        int rc = m->ops->cast(m->dev, o->master.ptr, LLMT_DTYPE_F32, m->weights.ptr, m->dt,
+                              m->num_params);
+        if (rc)
+            return rc;
+        o->weights_epoch = m->weights_epoch;
+    }
+    double scale = scaler ? llmt_loss_scaler_scale(scaler) : 1.0;
+    float inv_scale = (float)(1.0 / scale);
+    double sumsq = 0.0;
+    int64_t nonfinite = 0;
+    int rc = m->ops->grad_stats(m->dev, m->grads.ptr, m->num_params, m->dt, inv_scale, &sumsq,
+                                &nonfinite, o->scratch.ptr);
+    if (rc)
+        return rc;
+    double lr = llmt_schedule_lr(&o->cfg, o->steps);
+    double norm = nonfinite ? INFINITY : sqrt(sumsq);
+    if (!nonfinite) {
+        /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1. */
+        double coef = o->cfg.grad_clip > 0.0 ? o->cfg.grad_clip / (norm + 1e-6) : 1.0;
+        rc = update_all(o, (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0)), lr);
+        if (rc)
+            return rc;
+        o->steps++;
+    }
+    if (scaler && (rc = llmt_loss_scaler_update(scaler, nonfinite > 0)))
+        return rc;
+    if (report) {
+        report->step = o->steps;
+        report->skipped = nonfinite > 0;
+        report->grad_norm = norm;
+        report->lr = lr;
+        report->loss_scale = scale;
+    }
+    return LLMT_OK;
+}
+
+int64_t llmt_optimizer_step_count(const llmt_optimizer *o)
+{
+    return o ? o->steps : -1;
+}
+
+int llmt_optimizer_set_step_count(llmt_optimizer *o, int64_t steps)
+{
+    if (!o || steps < 0)
+        return llmt_fail(LLMT_EINVAL, "llmt_optimizer_set_step_count: %s", o ? "steps < 0" : "opt is NULL");
+    o->steps = steps;
+    return LLMT_OK;
+}
+
+int32_t llmt_optimizer_state_dtype(const llmt_optimizer *o, int kind)
+{
+    if (!o)
+        return -1;
+    switch (kind) {
+    case LLMT_OPT_STATE_EXP_AVG:
+    case LLMT_OPT_STATE_EXP_AVG_SQ: return o->state_dt;
+    case LLMT_OPT_STATE_MASTER: return o->master.ptr ? LLMT_DTYPE_F32 : -1;
+    default: return -1;
+    }
+}
+
+/* The device buffer and dtype of a state kind, or NULL with an error. */
+static const llmt_buf *state_buf(const llmt_optimizer *o, const char *fn, int kind, int *dt,
+                                 int *rc)
+{
+    if (!o) {
+        *rc = llmt_fail(LLMT_EINVAL, "%s: opt is NULL", fn);
+        return NULL;
+    }
+    if (kind == LLMT_OPT_STATE_EXP_AVG || kind == LLMT_OPT_STATE_EXP_AVG_SQ) {
+        *dt = o->state_dt;
+        return kind == LLMT_OPT_STATE_EXP_AVG ? &o->m : &o->v;
+    }
+    if (kind == LLMT_OPT_STATE_MASTER && o->master.ptr) {
+        *dt = LLMT_DTYPE_F32;
+        return &o->master;
+    }
+    if (kind == LLMT_OPT_STATE_MASTER)
+        *rc = llmt_fail(LLMT_ENOTFOUND, "%s: kind = master weights: this precision mode has none", fn);
+    else
+        *rc = llmt_fail(LLMT_EINVAL, "%s: kind = %d is not an llmt_opt_state", fn, kind);
+    return NULL;
+}
+
+int llmt_optimizer_get_state(const llmt_optimizer *o, int kind, const char *name, float *out,
+                             size_t count)
+{
+    const char *fn = "llmt_optimizer_get_state";
+    int dt = 0, rc = LLMT_OK;
+    const llmt_buf *b = state_buf(o, fn, kind, &dt, &rc);
+    return b ? llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, out, count, 0) : rc;
+}
+
+int llmt_optimizer_set_state(llmt_optimizer *o, int kind, const char *name, const float *in,
+                             size_t count)
+{
+    const char *fn = "llmt_optimizer_set_state";
+    int dt = 0, rc = LLMT_OK;
+    const llmt_buf *b = state_buf(o, fn, kind, &dt, &rc);
+    return b ? llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, (void *)in, count, 1) : rc;
+}
