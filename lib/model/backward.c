@@ -60,7 +60,7 @@ static int layer_backward(llmt_model *m, int64_t l)
     LLMT_TRY(ops->gemm(m->dev, 1, 0, d->d, d->att_dim, M, 1.0f, g_res, d->d, att, d->att_dim, 1.0f,
                   G(o->wo), d->att_dim, dt, scratch));
     llmt_attn_dims ad = {m->layout.batch, m->layout.seq, d->heads, d->kv_heads, d->head_dim};
-    LLMT_TRY(ops->attention_bwd(m->dev, g_wide, g_mid, qkv, llmt_act_ptr(m, l, ACT_PROBS), att, &ad,
+    LLMT_TRY(ops->attention_bwd(m->dev, g_wide, g_mid, qkv, llmt_act_ptr(m, l, ACT_ATTN), att, &ad,
                            dt, scratch));
     LLMT_TRY(ops->rope(m->dev, g_wide, m->rope.ptr, M, m->layout.seq, d->heads + d->kv_heads,
                   d->head_dim, d->qkv_dim, 1, dt));

@@ -16,7 +16,7 @@ void *llmt_act_ptr(const llmt_model *m, int64_t l, int which)
     if (off != LLMT_NO_OFFSET)
         return (char *)m->acts.ptr + off;
     if (lay->slot[which] == LLMT_NO_OFFSET)
-        return NULL; /* probabilities that attention recomputes */
+        return NULL; /* attention state that attention recomputes */
     return (char *)m->work.ptr + lay->slot[which];
 }
 
@@ -48,7 +48,7 @@ int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next)
         LLMT_TRY(ops->rope(m->dev, qkv, m->rope.ptr, M, m->layout.seq, d->heads + d->kv_heads,
                       d->head_dim, d->qkv_dim, 0, dt));
         llmt_attn_dims ad = {m->layout.batch, m->layout.seq, d->heads, d->kv_heads, d->head_dim};
-        LLMT_TRY(ops->attention_fwd(m->dev, att, llmt_act_ptr(m, l, ACT_PROBS), qkv, &ad, dt, scratch));
+        LLMT_TRY(ops->attention_fwd(m->dev, att, llmt_act_ptr(m, l, ACT_ATTN), qkv, &ad, dt, scratch));
         /* xmid = x + att Wo^T */
         LLMT_TRY(ops->copy_on_device(m->dev, xmid, x, row_bytes));
         LLMT_TRY(ops->gemm(m->dev, 0, 1, M, d->d, d->att_dim, 1.0f, att, d->att_dim, w_at(m, o->wo),

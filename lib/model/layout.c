@@ -13,7 +13,7 @@ int llmt_act_kept(uint8_t flags, int which)
 {
     switch (which) {
     case ACT_X: return 1; /* the layer input is always kept */
-    case ACT_PROBS: return !(flags & (LLMT_RC_ATTN_CORE | LLMT_RC_FULL));
+    case ACT_ATTN: return !(flags & (LLMT_RC_ATTN_CORE | LLMT_RC_FULL));
     case ACT_S: return !(flags & (LLMT_RC_FFN_ACT | LLMT_RC_FFN | LLMT_RC_FULL));
     case ACT_RSTD2:
     case ACT_H2:
@@ -23,14 +23,16 @@ int llmt_act_kept(uint8_t flags, int which)
 }
 
 /* Bytes of one layer's activation `which`. */
-static size_t act_bytes(const llmt_dims *d, size_t e, int64_t batch, int64_t seq, int which)
+static size_t act_bytes(const llmt_dims *d, const llmt_backend_ops *ops, size_t e, int64_t batch,
+                        int64_t seq, int which)
 {
     size_t m = (size_t)(batch * seq);
+    const llmt_attn_dims ad = {batch, seq, d->heads, d->kv_heads, d->head_dim};
     switch (which) {
     case ACT_RSTD1:
     case ACT_RSTD2: return m * sizeof(float);
     case ACT_QKV: return m * (size_t)d->qkv_dim * e;
-    case ACT_PROBS: return (size_t)(batch * d->heads) * (size_t)seq * (size_t)seq * sizeof(float);
+    case ACT_ATTN: return ops->attention_saved_bytes(&ad);
     case ACT_ATT: return m * (size_t)d->att_dim * e;
     case ACT_GU: return m * 2 * (size_t)d->ffn * e;
     case ACT_S: return m * (size_t)d->ffn * e;
@@ -77,8 +79,8 @@ int llmt_layout_compute(const llmt_model_config *cfg, const uint8_t *rc_flags, i
         for (int w = 0; w < ACT_COUNT; w++) {
             size_t at = LLMT_NO_OFFSET;
             if (llmt_act_kept(flags, w))
-                at = take(&act, act_bytes(&d, e, batch, seq, w));
-            else if (w != ACT_PROBS) /* probabilities are recomputed inside attention */
+                at = take(&act, act_bytes(&d, ops, e, batch, seq, w));
+            else if (w != ACT_ATTN) /* attention recomputes its own */
                 need_slot[w] = 1;
             if (out->off)
                 out->off[l * ACT_COUNT + w] = at;
@@ -87,7 +89,8 @@ int llmt_layout_compute(const llmt_model_config *cfg, const uint8_t *rc_flags, i
     out->x_final = take(&act, m * (size_t)d.d * e);
 
     for (int w = 0; w < ACT_COUNT; w++)
-        out->slot[w] = need_slot[w] ? take(&work, act_bytes(&d, e, batch, seq, w)) : LLMT_NO_OFFSET;
+        out->slot[w] =
+            need_slot[w] ? take(&work, act_bytes(&d, ops, e, batch, seq, w)) : LLMT_NO_OFFSET;
     out->hf = take(&work, m * (size_t)d.d * e);
     out->rstdf = take(&work, m * sizeof(float));
     out->g_res = take(&work, m * (size_t)d.d * e);

@@ -55,7 +55,9 @@ int llmt_precision_dtype(int precision);
 int llmt_model_config_check(const llmt_model_config *cfg, const char *fn);
 
 /* The activations of a layer, in their arena order. */
-enum { ACT_X, ACT_RSTD1, ACT_H1, ACT_QKV, ACT_PROBS, ACT_ATT, ACT_XMID, ACT_RSTD2, ACT_H2, ACT_GU,
+/* ACT_ATTN is what attention keeps for backward (backend-defined), ACT_ATT
+ * its output. */
+enum { ACT_X, ACT_RSTD1, ACT_H1, ACT_QKV, ACT_ATTN, ACT_ATT, ACT_XMID, ACT_RSTD2, ACT_H2, ACT_GU,
        ACT_S, ACT_COUNT };
 
 #define LLMT_NO_OFFSET ((size_t)-1)
@@ -168,7 +170,7 @@ enum { FWD_LAYER, FWD_FFN, FWD_SWIGLU };
 int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next);
 
 /* Device address of layer l's activation `which` (arena or slot); NULL for
- * probabilities that are not kept. Layer num_layers's ACT_X is the final
+ * attention state that is not kept. Layer num_layers's ACT_X is the final
  * residual stream. */
 void *llmt_act_ptr(const llmt_model *m, int64_t l, int which);
 

@@ -15,7 +15,7 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 2
+#define LLMT_BACKEND_ABI 3
 
 typedef struct llmt_device llmt_device;
 
@@ -124,14 +124,18 @@ typedef struct llmt_backend_ops {
     int (*rope)(llmt_device *dev, void *x, const float *cos_sin, int64_t m, int64_t seq,
                 int64_t heads, int64_t head_dim, int64_t row_stride, int inverse, int dt);
 
+    /* Bytes attention keeps from forward for backward (the CPU keeps the
+     * probabilities; a flash-style kernel would keep a logsumexp per row). */
+    size_t (*attention_saved_bytes)(const llmt_attn_dims *a);
     /* Causal attention over qkv rows [q heads | k heads | v heads]; out is
-     * [m, heads * head_dim]; probs [batch, heads, seq, seq] is written when
-     * not NULL (kept for backward). */
-    int (*attention_fwd)(llmt_device *dev, void *out, void *probs, const void *qkv,
+     * [m, heads * head_dim]; `saved` (attention_saved_bytes) is written when
+     * not NULL, for backward. */
+    int (*attention_fwd)(llmt_device *dev, void *out, void *saved, const void *qkv,
                          const llmt_attn_dims *a, int dt, void *scratch);
-    /* dqkv = gradient of attention_fwd; probs NULL recomputes them. */
+    /* dqkv = gradient of attention_fwd; saved NULL recomputes what forward
+     * would have kept, with the same arithmetic (same bits). */
     int (*attention_bwd)(llmt_device *dev, void *dqkv, const void *dout, const void *qkv,
-                         const void *probs, const void *out, const llmt_attn_dims *a, int dt,
+                         const void *saved, const void *out, const llmt_attn_dims *a, int dt,
                          void *scratch);
 
     /* out[i, j] = silu(gu[i, j]) * gu[i, f + j] for rows of 2f. */

@@ -30,6 +30,12 @@ static size_t per_thread_floats(int64_t seq, int64_t head_dim)
     return (size_t)(2 * ATTN_QB * seq + 8 * seq * head_dim);
 }
 
+size_t llmt_cpu_attention_saved_bytes(const llmt_attn_dims *a)
+{
+    /* The probabilities, fp32, full [seq, seq] per head (zero above the diagonal). */
+    return (size_t)(a->batch * a->heads) * (size_t)a->seq * (size_t)a->seq * sizeof(float);
+}
+
 size_t llmt_cpu_attention_scratch(const llmt_op_dims *d)
 {
     return per_thread_floats(d->seq, d->head_dim) * sizeof(float) * (size_t)d->num_threads;

@@ -35,6 +35,7 @@ static const llmt_backend_ops cpu_ops = {
     .rmsnorm_fwd = llmt_cpu_rmsnorm_fwd,
     .rmsnorm_bwd = llmt_cpu_rmsnorm_bwd,
     .rope = llmt_cpu_rope,
+    .attention_saved_bytes = llmt_cpu_attention_saved_bytes,
     .attention_fwd = llmt_cpu_attention_fwd,
     .attention_bwd = llmt_cpu_attention_bwd,
     .swiglu_fwd = llmt_cpu_swiglu_fwd,
