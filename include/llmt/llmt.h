@@ -22,5 +22,8 @@
 #include "llmt/model.h"
 #include "llmt/loss_scaler.h"
 #include "llmt/optimizer.h"
+#include "llmt/recompute.h"
+#include "llmt/slicer.h"
+#include "llmt/plan.h"
 
 #endif

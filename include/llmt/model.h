@@ -93,6 +93,15 @@ LLMT_API int llmt_model_forward(llmt_model *model, const int32_t *tokens, const 
 LLMT_API int llmt_model_logits(llmt_model *model, const int32_t *tokens, int32_t batch,
                                int32_t seq_len, float *out, size_t count);
 
+/* Allocates the activation arena for micro-batches of up to batch sequences
+ * of up to seq_len tokens under the current recompute policy, freeing the
+ * old arena first. Forward calls within those bounds reuse it; a larger one,
+ * or a policy change, lays it out anew. Errors: LLMT_ENOMEM (budget). */
+LLMT_API int llmt_model_reserve_activations(llmt_model *model, int32_t batch, int32_t seq_len);
+
+/* Frees the activation arena (the next forward allocates it again). */
+LLMT_API int llmt_model_release_activations(llmt_model *model);
+
 /* Sets every gradient to zero. */
 LLMT_API int llmt_model_zero_grads(llmt_model *model);
 

@@ -10,11 +10,11 @@
 static int recompute(llmt_model *m, int64_t l)
 {
     uint8_t flags = m->rc_flags[l];
-    if (flags & LLMT_RC_FULL)
+    if (flags & LLMT_RECOMPUTE_FULL)
         return llmt_layer_forward(m, l, FWD_LAYER, 0);
-    if (flags & LLMT_RC_FFN)
+    if (flags & LLMT_RECOMPUTE_FFN)
         return llmt_layer_forward(m, l, FWD_FFN, 0);
-    if (flags & LLMT_RC_FFN_ACT)
+    if (flags & LLMT_RECOMPUTE_FFN_ACT)
         return llmt_layer_forward(m, l, FWD_SWIGLU, 0);
     return LLMT_OK; /* ATTN_CORE alone: attention_bwd recomputes the probabilities */
 }
@@ -27,7 +27,7 @@ static int layer_backward(llmt_model *m, int64_t l)
     const llmt_layer_offsets *o = &m->layer[l];
     const llmt_backend_ops *ops = m->ops;
     const int dt = m->dt;
-    const int64_t M = m->layout.batch * m->layout.seq;
+    const int64_t M = m->run_batch * m->run_seq;
     char *work = m->work.ptr;
     void *scratch = work + m->layout.scratch;
     void *g_res = work + m->layout.g_res, *g_h = work + m->layout.g_h;
@@ -59,10 +59,10 @@ static int layer_backward(llmt_model *m, int64_t l)
                   0.0f, g_mid, d->att_dim, dt, scratch));
     LLMT_TRY(ops->gemm(m->dev, 1, 0, d->d, d->att_dim, M, 1.0f, g_res, d->d, att, d->att_dim, 1.0f,
                   G(o->wo), d->att_dim, dt, scratch));
-    llmt_attn_dims ad = {m->layout.batch, m->layout.seq, d->heads, d->kv_heads, d->head_dim};
+    llmt_attn_dims ad = {m->run_batch, m->run_seq, d->heads, d->kv_heads, d->head_dim};
     LLMT_TRY(ops->attention_bwd(m->dev, g_wide, g_mid, qkv, llmt_act_ptr(m, l, ACT_ATTN), att, &ad,
                            dt, scratch));
-    LLMT_TRY(ops->rope(m->dev, g_wide, m->rope.ptr, M, m->layout.seq, d->heads + d->kv_heads,
+    LLMT_TRY(ops->rope(m->dev, g_wide, m->rope.ptr, M, m->run_seq, d->heads + d->kv_heads,
                   d->head_dim, d->qkv_dim, 1, dt));
     LLMT_TRY(ops->gemm(m->dev, 0, 0, M, d->d, d->qkv_dim, 1.0f, g_wide, d->qkv_dim, W(o->wqkv), d->d,
                   0.0f, g_h, d->d, dt, scratch));
@@ -77,7 +77,7 @@ static int layer_backward(llmt_model *m, int64_t l)
 
 int llmt_model_backward(llmt_model *m)
 {
-    const int64_t M = m->layout.batch * m->layout.seq;
+    const int64_t M = m->run_batch * m->run_seq;
     char *work = m->work.ptr;
     /* Final norm: g_res = norm_bwd(g_h) */
     LLMT_TRY(m->ops->rmsnorm_bwd(m->dev, work + m->layout.g_res,

@@ -32,7 +32,7 @@ int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next)
     const llmt_layer_offsets *o = &m->layer[l];
     const llmt_backend_ops *ops = m->ops;
     const int dt = m->dt;
-    const int64_t M = m->layout.batch * m->layout.seq;
+    const int64_t M = m->run_batch * m->run_seq;
     void *scratch = (char *)m->work.ptr + m->layout.scratch;
     void *x = llmt_act_ptr(m, l, ACT_X), *xmid = llmt_act_ptr(m, l, ACT_XMID);
     void *gu = llmt_act_ptr(m, l, ACT_GU), *s = llmt_act_ptr(m, l, ACT_S);
@@ -45,9 +45,9 @@ int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next)
                              d->d, m->cfg.rms_norm_eps, dt));
         LLMT_TRY(ops->gemm(m->dev, 0, 1, M, d->qkv_dim, d->d, 1.0f, h1, d->d, w_at(m, o->wqkv), d->d,
                       0.0f, qkv, d->qkv_dim, dt, scratch));
-        LLMT_TRY(ops->rope(m->dev, qkv, m->rope.ptr, M, m->layout.seq, d->heads + d->kv_heads,
+        LLMT_TRY(ops->rope(m->dev, qkv, m->rope.ptr, M, m->run_seq, d->heads + d->kv_heads,
                       d->head_dim, d->qkv_dim, 0, dt));
-        llmt_attn_dims ad = {m->layout.batch, m->layout.seq, d->heads, d->kv_heads, d->head_dim};
+        llmt_attn_dims ad = {m->run_batch, m->run_seq, d->heads, d->kv_heads, d->head_dim};
         LLMT_TRY(ops->attention_fwd(m->dev, att, llmt_act_ptr(m, l, ACT_ATTN), qkv, &ad, dt, scratch));
         /* xmid = x + att Wo^T */
         LLMT_TRY(ops->copy_on_device(m->dev, xmid, x, row_bytes));
@@ -71,10 +71,12 @@ int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next)
     return LLMT_OK;
 }
 
-/* Whether the arena was laid out for this batch, seq and the current flags. */
+/* Whether the arena, laid out for the current flags, holds batch x seq.
+ * Every buffer is indexed by the call's own dimensions from a base offset,
+ * so a smaller call fits inside a larger layout. */
 static int arena_fits(const llmt_model *m, int64_t batch, int64_t seq)
 {
-    return m->have_arena && m->layout.batch == batch && m->layout.seq == seq &&
+    return m->have_arena && m->layout.batch >= batch && m->layout.seq >= seq &&
            memcmp(m->arena_flags, m->rc_flags, (size_t)m->dims.layers) == 0;
 }
 
@@ -88,8 +90,11 @@ void llmt_model_release_arena(llmt_model *m)
 
 int llmt_model_prepare(llmt_model *m, int64_t batch, int64_t seq)
 {
-    if (arena_fits(m, batch, seq))
-        return LLMT_OK;
+    return arena_fits(m, batch, seq) ? LLMT_OK : llmt_model_allocate_arena(m, batch, seq);
+}
+
+int llmt_model_allocate_arena(llmt_model *m, int64_t batch, int64_t seq)
+{
     llmt_model_release_arena(m); /* before allocating: the peak never holds both */
     LLMT_TRY(llmt_layout_compute(&m->cfg, m->rc_flags, batch, seq, m->dev->num_threads, m->ops, 1,
                             &m->layout));
@@ -110,7 +115,7 @@ int llmt_model_prepare(llmt_model *m, int64_t batch, int64_t seq)
 /* Embedding and every layer, leaving the final residual stream in the arena. */
 static int forward_layers(llmt_model *m, const int32_t *tokens)
 {
-    const int64_t M = m->layout.batch * m->layout.seq;
+    const int64_t M = m->run_batch * m->run_seq;
     int32_t *ids = (int32_t *)((char *)m->acts.ptr + m->layout.tokens);
     LLMT_TRY(m->ops->copy_to_device(m->dev, ids, tokens, (size_t)M * sizeof(int32_t)));
     LLMT_TRY(m->ops->embedding_fwd(m->dev, llmt_act_ptr(m, 0, ACT_X), w_at(m, m->embed), ids, M,
@@ -123,6 +128,8 @@ static int forward_layers(llmt_model *m, const int32_t *tokens)
 int llmt_model_forward_hidden(llmt_model *m, const int32_t *tokens, int64_t batch, int64_t seq)
 {
     LLMT_TRY(llmt_model_prepare(m, batch, seq));
+    m->run_batch = batch;
+    m->run_seq = seq;
     LLMT_TRY(forward_layers(m, tokens));
     const int64_t M = batch * seq;
     return m->ops->rmsnorm_fwd(m->dev, (char *)m->work.ptr + m->layout.hf,
@@ -135,7 +142,7 @@ int llmt_model_forward_hidden(llmt_model *m, const int32_t *tokens, int64_t batc
 static int run_head(llmt_model *m, const int32_t *targets_dev, int want_grad,
                     float row_grad_scale, double *loss_sum, int64_t *count, float *logits_out)
 {
-    const int64_t M = m->layout.batch * m->layout.seq;
+    const int64_t M = m->run_batch * m->run_seq;
     llmt_ce_args ce = {
         .h = (char *)m->work.ptr + m->layout.hf,
         .w = w_at(m, m->lm_head),

@@ -13,12 +13,12 @@ int llmt_act_kept(uint8_t flags, int which)
 {
     switch (which) {
     case ACT_X: return 1; /* the layer input is always kept */
-    case ACT_ATTN: return !(flags & (LLMT_RC_ATTN_CORE | LLMT_RC_FULL));
-    case ACT_S: return !(flags & (LLMT_RC_FFN_ACT | LLMT_RC_FFN | LLMT_RC_FULL));
+    case ACT_ATTN: return !(flags & (LLMT_RECOMPUTE_ATTN_CORE | LLMT_RECOMPUTE_FULL));
+    case ACT_S: return !(flags & (LLMT_RECOMPUTE_FFN_ACT | LLMT_RECOMPUTE_FFN | LLMT_RECOMPUTE_FULL));
     case ACT_RSTD2:
     case ACT_H2:
-    case ACT_GU: return !(flags & (LLMT_RC_FFN | LLMT_RC_FULL));
-    default: return !(flags & LLMT_RC_FULL);
+    case ACT_GU: return !(flags & (LLMT_RECOMPUTE_FFN | LLMT_RECOMPUTE_FULL));
+    default: return !(flags & LLMT_RECOMPUTE_FULL);
     }
 }
 

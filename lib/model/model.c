@@ -182,6 +182,25 @@ int llmt_model_logits(llmt_model *m, const int32_t *tokens, int32_t batch, int32
     return llmt_model_run_logits(m, tokens, batch, seq_len, out);
 }
 
+int llmt_model_reserve_activations(llmt_model *m, int32_t batch, int32_t seq_len)
+{
+    const char *fn = "llmt_model_reserve_activations";
+    if (!m)
+        return llmt_fail(LLMT_EINVAL, "%s: model is NULL", fn);
+    if (batch < 1 || seq_len < 1 || seq_len > m->cfg.max_seq_len)
+        return llmt_fail(LLMT_EINVAL, "%s: batch = %d, seq_len = %d (need batch >= 1, "
+                         "1 <= seq_len <= %d)", fn, batch, seq_len, m->cfg.max_seq_len);
+    return llmt_model_allocate_arena(m, batch, seq_len);
+}
+
+int llmt_model_release_activations(llmt_model *m)
+{
+    if (!m)
+        return llmt_fail(LLMT_EINVAL, "llmt_model_release_activations: model is NULL");
+    llmt_model_release_arena(m);
+    return LLMT_OK;
+}
+
 int llmt_model_zero_grads(llmt_model *m)
 {
     if (!m)

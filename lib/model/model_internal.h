@@ -4,17 +4,9 @@
 #define LLMT_MODEL_INTERNAL_H
 
 #include "llmt/model.h"
+#include "llmt/recompute.h"
 #include "core/buffer.h"
 #include "ops/ops.h"
-
-/* Recompute flags of one layer (a set): which blocks drop their activations
- * in forward and recompute them in backward. */
-enum {
-    LLMT_RC_ATTN_CORE = 1, /* attention probabilities */
-    LLMT_RC_FFN_ACT = 2,   /* silu(gate) * up */
-    LLMT_RC_FFN = 4,       /* the whole FFN: norm output, gate/up, product */
-    LLMT_RC_FULL = 8       /* everything but the layer input */
-};
 
 /* Rows of the LM head's cross-entropy computed at once. */
 #define LLMT_CE_CHUNK 256
@@ -116,6 +108,8 @@ struct llmt_model {
     int have_arena;
     uint8_t *arena_flags; /* rc_flags the arena was laid out for */
     llmt_buf acts, work;
+    /* Dimensions of the micro-batch being run (at most the arena's). */
+    int64_t run_batch, run_seq;
 };
 
 /* Device address of element offset off in buffer b of the model's dtype. */
@@ -135,8 +129,11 @@ int llmt_model_init_weights(llmt_model *m);
 /* Fills the RoPE cos/sin table (params.c). */
 int llmt_model_init_rope(llmt_model *m);
 
-/* Makes sure the activation arena fits (batch, seq) and the current flags. */
+/* Makes sure the activation arena holds (batch, seq) under the current flags. */
 int llmt_model_prepare(llmt_model *m, int64_t batch, int64_t seq);
+
+/* Lays the arena out for exactly (batch, seq) and the current flags. */
+int llmt_model_allocate_arena(llmt_model *m, int64_t batch, int64_t seq);
 /* Releases the activation arena. */
 void llmt_model_release_arena(llmt_model *m);
 

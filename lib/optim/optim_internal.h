@@ -16,6 +16,11 @@ struct llmt_optimizer {
     uint64_t weights_epoch; /* the model's weights_epoch the master copies */
 };
 
+/* Bytes of each moment buffer and of the master weights (0 when the mode has
+ * none) for num_params parameters under a precision mode. */
+void llmt_optimizer_sizes(int precision, int64_t num_params, size_t *moment_bytes,
+                          size_t *master_bytes);
+
 /* The learning rate of optimizer step `step` (0-based) under config c. */
 double llmt_schedule_lr(const llmt_optimizer_config *c, int64_t step);
 

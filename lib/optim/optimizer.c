@@ -101,6 +101,15 @@ int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn)
     return LLMT_OK;
 }
 
+void llmt_optimizer_sizes(int precision, int64_t num_params, size_t *moment_bytes,
+                          size_t *master_bytes)
+{
+    int mixed = precision == LLMT_PRECISION_BF16_MIXED || precision == LLMT_PRECISION_FP16_MIXED;
+    size_t moment = precision == LLMT_PRECISION_BF16_PURE ? 2 : 4;
+    *moment_bytes = (size_t)num_params * moment;
+    *master_bytes = mixed ? (size_t)num_params * sizeof(float) : 0;
+}
+
 int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model, const llmt_optimizer_config *cfg)
 {
     const char *fn = "llmt_optimizer_create";
@@ -121,15 +130,15 @@ int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model, const llmt_op
     o->model = model;
     o->cfg = *cfg;
     int precision = model->cfg.precision;
-    int mixed = precision == LLMT_PRECISION_BF16_MIXED || precision == LLMT_PRECISION_FP16_MIXED;
     o->state_dt = precision == LLMT_PRECISION_BF16_PURE ? LLMT_DTYPE_BF16 : LLMT_DTYPE_F32;
     llmt_context *ctx = model->ctx;
-    size_t n = (size_t)model->num_params, sb = llmt_dtype_size(o->state_dt);
-    rc = llmt_buf_alloc(ctx, &o->m, LLMT_MEM_OPTIMIZER, n * sb, "AdamW first moment");
+    size_t moment_bytes = 0, master_bytes = 0;
+    llmt_optimizer_sizes(precision, model->num_params, &moment_bytes, &master_bytes);
+    rc = llmt_buf_alloc(ctx, &o->m, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW first moment");
     if (!rc)
-        rc = llmt_buf_alloc(ctx, &o->v, LLMT_MEM_OPTIMIZER, n * sb, "AdamW second moment");
-    if (!rc && mixed)
-        rc = llmt_buf_alloc(ctx, &o->master, LLMT_MEM_OPTIMIZER, n * sizeof(float),
+        rc = llmt_buf_alloc(ctx, &o->v, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW second moment");
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &o->master, LLMT_MEM_OPTIMIZER, master_bytes,
                             "fp32 master weights");
     if (!rc)
         rc = llmt_buf_alloc(ctx, &o->scratch, LLMT_MEM_WORKSPACE, model->ops->optim_scratch_bytes,
@@ -138,7 +147,7 @@ int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model, const llmt_op
         rc = model->ops->mem_zero(model->dev, o->m.ptr, o->m.bytes);
     if (!rc)
         rc = model->ops->mem_zero(model->dev, o->v.ptr, o->v.bytes);
-    if (!rc && mixed)
+    if (!rc && o->master.ptr)
         rc = model->ops->cast(model->dev, o->master.ptr, LLMT_DTYPE_F32, model->weights.ptr,
                               model->dt, model->num_params);
     if (rc) {

@@ -1,0 +1,61 @@
+/* llmt_plan: what a configuration needs per memory category, computed
+ * without allocating anything, by the very functions the model, optimizer
+ * and ops use to size their buffers, so a plan equals the context's measured
+ * peak after a training step to the byte (docs/memory.md). */
+#ifndef LLMT_PLAN_H
+#define LLMT_PLAN_H
+
+#include "llmt/common.h"
+#include "llmt/context.h"
+#include "llmt/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMT_PLAN_CONFIG_VERSION 1
+
+typedef struct llmt_plan_config {
+    uint32_t version;          /* LLMT_PLAN_CONFIG_VERSION */
+    llmt_model_config model;   /* architecture and precision */
+    int32_t recompute;         /* llmt_recompute_policy flags for every layer */
+    const int32_t *layer_recompute; /* or per layer (num_layers entries); NULL: recompute */
+    int32_t micro_batch;       /* sequences per forward/backward */
+    int32_t seq_len;           /* tokens per sequence */
+    int32_t with_optimizer;    /* 1: include AdamW's state (default 1) */
+} llmt_plan_config;
+
+#define LLMT_PLAN_CONFIG_INIT {LLMT_PLAN_CONFIG_VERSION, LLMT_MODEL_CONFIG_INIT, 0, 0, 1, 256, 1}
+
+/* Fills cfg with the defaults of LLMT_PLAN_CONFIG_INIT. */
+LLMT_API void llmt_plan_config_init(llmt_plan_config *cfg);
+
+#define LLMT_PLAN_VERSION 1
+
+typedef struct llmt_plan {
+    uint32_t version;                        /* set by the caller: LLMT_PLAN_VERSION */
+    uint64_t bytes[LLMT_MEM_CATEGORY_SLOTS]; /* per llmt_mem_category */
+    uint64_t peak;                           /* all categories at once */
+    int64_t num_params;
+} llmt_plan;
+
+#define LLMT_PLAN_INIT {LLMT_PLAN_VERSION, {0}, 0, 0}
+
+/* Plans cfg for the backend and thread count of ctx. Errors: LLMT_EINVAL
+ * naming the field, LLMT_EVERSION. */
+LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,
+                               llmt_plan *out);
+
+/* The largest micro-batch (cfg->micro_batch, then halving: ceil(b / 2) down
+ * to 1) and for it the lightest recompute policy (none, ffn_act,
+ * ffn_act+attn_core, attn_core+ffn, full) whose plan fits budget bytes.
+ * LLMT_ENOMEM, with a message giving the smallest plan's peak, when even
+ * micro-batch 1 with full recompute does not fit. */
+LLMT_API int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
+                           int32_t *micro_batch, int32_t *recompute);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

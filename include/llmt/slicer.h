@@ -1,0 +1,45 @@
+/* llmt_slicer: runs a global batch of B sequences as micro-batches of at most
+ * b sequences (the last may be smaller), accumulating into the model's
+ * gradients, with the loss normalised over the global count of counted
+ * targets. The gradient equals that of the unsliced batch up to fp32
+ * summation order; only the activations of one micro-batch exist at once. */
+#ifndef LLMT_SLICER_H
+#define LLMT_SLICER_H
+
+#include "llmt/common.h"
+#include "llmt/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmt_slicer llmt_slicer;
+
+/* Creates a slicer for model with micro-batch b >= 1. The model must outlive it. */
+LLMT_API int llmt_slicer_create(llmt_slicer **out, llmt_model *model, int32_t micro_batch);
+
+/* Releases a slicer; NULL accepted. */
+LLMT_API void llmt_slicer_free(llmt_slicer *slicer);
+
+/* Changes the micro-batch (>= 1); the activation arena is resized at the
+ * next forward_backward. */
+LLMT_API int llmt_slicer_set_micro_batch(llmt_slicer *slicer, int32_t micro_batch);
+
+/* The micro-batch, or -1 for NULL. */
+LLMT_API int32_t llmt_slicer_micro_batch(const llmt_slicer *slicer);
+
+/* Forward and backward of a global batch (host int32 tokens and targets of
+ * batch * seq_len, targets -1 ignored), adding to the gradients the gradient
+ * of grad_scale * (mean loss over the batch's counted targets). The arena is
+ * sized for min(micro_batch, batch) sequences. *loss (may be NULL) receives
+ * the batch's mean loss. On error (LLMT_ENOMEM from the arena, bad tokens)
+ * the gradients may hold part of the batch: zero them before retrying. */
+LLMT_API int llmt_slicer_forward_backward(llmt_slicer *slicer, const int32_t *tokens,
+                                          const int32_t *targets, int32_t batch, int32_t seq_len,
+                                          double grad_scale, double *loss);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

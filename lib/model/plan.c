@@ -1,0 +1,154 @@
+/* llmt_plan: per-category bytes of a configuration, from the functions that
+ * size the real buffers: the parameter table (weights, gradients), the
+ * optimizer's sizes, the activation layout and the ops' scratch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context_internal.h"
+#include "core/error.h"
+#include "llmt/plan.h"
+#include "model/model_internal.h"
+#include "optim/optim_internal.h"
+
+void llmt_plan_config_init(llmt_plan_config *cfg)
+{
+    if (cfg) {
+        const llmt_plan_config defaults = LLMT_PLAN_CONFIG_INIT;
+        *cfg = defaults;
+    }
+}
+
+/* Parameters of a configuration, counted by building its parameter table. */
+static int count_params(const llmt_model_config *cfg, int64_t *out)
+{
+    llmt_model tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.cfg = *cfg;
+    llmt_dims_from_config(cfg, &tmp.dims);
+    int rc = llmt_model_build_params(&tmp);
+    *out = tmp.num_params;
+    free(tmp.params);
+    free(tmp.layer);
+    return rc;
+}
+
+static int check_plan_config(const llmt_plan_config *c, const char *fn)
+{
+    if (c->version != LLMT_PLAN_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
+                         c->version, LLMT_PLAN_CONFIG_VERSION);
+    int rc = llmt_model_config_check(&c->model, fn);
+    if (rc)
+        return rc;
+    if (c->micro_batch < 1)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->micro_batch = %d (must be >= 1)", fn, c->micro_batch);
+    if (c->seq_len < 1 || c->seq_len > c->model.max_seq_len)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->seq_len = %d (must be 1..%d, the model's "
+                         "max_seq_len)", fn, c->seq_len, c->model.max_seq_len);
+    if (c->with_optimizer != 0 && c->with_optimizer != 1)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->with_optimizer = %d (must be 0 or 1)", fn,
+                         c->with_optimizer);
+    for (int32_t l = 0; l < (c->layer_recompute ? c->model.num_layers : 1); l++) {
+        int32_t p = c->layer_recompute ? c->layer_recompute[l] : c->recompute;
+        if (p < 0 || p > LLMT_RECOMPUTE_MASK)
+            return llmt_fail(LLMT_EINVAL, "%s: recompute policy %d (layer %d) is not a "
+                             "combination of llmt_recompute_policy flags", fn, p, l);
+    }
+    return LLMT_OK;
+}
+
+/* The plan of a checked configuration. */
+static int plan(const llmt_context *ctx, const llmt_plan_config *c, llmt_plan *out)
+{
+    const llmt_backend_ops *ops = llmt_ops(ctx);
+    int64_t params = 0;
+    int rc = count_params(&c->model, &params);
+    uint8_t *flags = malloc((size_t)c->model.num_layers);
+    if (!rc && !flags)
+        rc = llmt_fail(LLMT_ENOMEM, "llmt_plan_compute: out of host memory");
+    if (rc) {
+        free(flags);
+        return rc;
+    }
+    for (int32_t l = 0; l < c->model.num_layers; l++)
+        flags[l] = (uint8_t)(c->layer_recompute ? c->layer_recompute[l] : c->recompute);
+    llmt_layout lay;
+    rc = llmt_layout_compute(&c->model, flags, c->micro_batch, c->seq_len, ctx->num_threads, ops,
+                             0, &lay);
+    free(flags);
+    if (rc)
+        return rc;
+    size_t e = llmt_dtype_size(llmt_precision_dtype(c->model.precision));
+    size_t moment = 0, master = 0;
+    llmt_optimizer_sizes(c->model.precision, params, &moment, &master);
+    memset(out->bytes, 0, sizeof out->bytes);
+    out->bytes[LLMT_MEM_PARAMS] = (uint64_t)params * e;
+    out->bytes[LLMT_MEM_GRADS] = (uint64_t)params * e;
+    out->bytes[LLMT_MEM_OPTIMIZER] = c->with_optimizer ? 2 * (uint64_t)moment + master : 0;
+    out->bytes[LLMT_MEM_ACTIVATIONS] = lay.act_bytes;
+    out->bytes[LLMT_MEM_WORKSPACE] = lay.work_bytes + llmt_model_constant_bytes(&c->model) +
+                                     (c->with_optimizer ? ops->optim_scratch_bytes : 0);
+    out->peak = 0;
+    for (int i = 0; i < LLMT_MEM_CATEGORY_COUNT; i++)
+        out->peak += out->bytes[i];
+    out->num_params = params;
+    return LLMT_OK;
+}
+
+int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg, llmt_plan *out)
+{
+    const char *fn = "llmt_plan_compute";
+    if (!ctx || !cfg || !out)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !ctx ? "ctx" : !cfg ? "cfg" : "out");
+    if (out->version != LLMT_PLAN_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: out->version = %u, this library knows %u", fn,
+                         out->version, LLMT_PLAN_VERSION);
+    int rc = check_plan_config(cfg, fn);
+    return rc ? rc : plan(ctx, cfg, out);
+}
+
+/* The recompute ladder, lightest first: what the adaptive controller climbs. */
+static const int32_t ladder[] = {
+    LLMT_RECOMPUTE_NONE,
+    LLMT_RECOMPUTE_FFN_ACT,
+    LLMT_RECOMPUTE_FFN_ACT | LLMT_RECOMPUTE_ATTN_CORE,
+    LLMT_RECOMPUTE_ATTN_CORE | LLMT_RECOMPUTE_FFN,
+    LLMT_RECOMPUTE_FULL,
+};
+
+int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
+                  int32_t *micro_batch, int32_t *recompute)
+{
+    const char *fn = "llmt_plan_fit";
+    if (!ctx || !cfg || !micro_batch || !recompute)
+        return llmt_fail(LLMT_EINVAL, "%s: an argument is NULL", fn);
+    int rc = check_plan_config(cfg, fn);
+    if (rc)
+        return rc;
+    llmt_plan_config c = *cfg;
+    c.layer_recompute = NULL;
+    llmt_plan p = LLMT_PLAN_INIT;
+    for (int32_t b = cfg->micro_batch;; b = (b + 1) / 2) {
+        c.micro_batch = b;
+        for (size_t i = 0; i < sizeof ladder / sizeof ladder[0]; i++) {
+            c.recompute = ladder[i];
+            if ((rc = plan(ctx, &c, &p)))
+                return rc;
+            if (p.peak <= budget) {
+                *micro_batch = b;
+                *recompute = ladder[i];
+                return LLMT_OK;
+            }
+        }
+        if (b == 1)
+            break;
+    }
+    return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes: micro-batch 1 with full "
+                     "recompute needs %llu (params %llu, grads %llu, optimizer %llu, activations "
+                     "%llu, workspace %llu)", fn, (unsigned long long)budget,
+                     (unsigned long long)p.peak, (unsigned long long)p.bytes[LLMT_MEM_PARAMS],
+                     (unsigned long long)p.bytes[LLMT_MEM_GRADS],
+                     (unsigned long long)p.bytes[LLMT_MEM_OPTIMIZER],
+                     (unsigned long long)p.bytes[LLMT_MEM_ACTIVATIONS],
+                     (unsigned long long)p.bytes[LLMT_MEM_WORKSPACE]);
+}
