@@ -25,5 +25,6 @@
 #include "llmt/recompute.h"
 #include "llmt/slicer.h"
 #include "llmt/plan.h"
+#include "llmt/data.h"
 
 #endif

@@ -1,0 +1,410 @@
+/* llmt-tokenize: text files to byte-level token shards (docs/data.md).
+ *
+ *   llmt-tokenize [--out-dir DIR] [--prefix NAME] [--shard-tokens N]
+ *                 [--val-fraction F] FILE...
+ *
+ * Each file (a directory stands for the regular files in it, sorted by name,
+ * not recursively) is one document: its bytes, then LLMT_TOKEN_EOT. The
+ * token stream of all documents, in argument order, is cut into version-1
+ * shards of at most N tokens, DIR/NAME_train_000000.bin, ...; with F > 0 the
+ * last ceil(F * total) tokens go to DIR/NAME_val_000000.bin, ... instead.
+ * The same inputs always give the same shards. Unreadable inputs are skipped
+ * with a warning. Exit status: 0 done, 1 failed, 2 bad usage. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <llmt/llmt.h>
+
+#define PROG "llmt-tokenize"
+#define READ_CHUNK ((size_t)1 << 16)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " [--out-dir DIR] [--prefix NAME] [--shard-tokens N]\n"
+            "                     [--val-fraction F] FILE...\n"
+            "Encodes each FILE (a directory: every regular file in it, sorted) as bytes\n"
+            "followed by an end-of-text token, and writes token shards (llm.c format,\n"
+            "version 1) DIR/NAME_train_000000.bin, ... of at most N tokens; with F > 0\n"
+            "the last fraction F of the tokens goes to DIR/NAME_val_000000.bin, ...\n"
+            "Defaults: --out-dir . --prefix data --shard-tokens 10000000 --val-fraction 0\n");
+}
+
+/* ---- Inputs ---- */
+
+typedef struct inputs {
+    char **paths;
+    uint64_t *sizes;
+    size_t n, cap;
+} inputs;
+
+static int add_input(inputs *in, const char *path)
+{
+    if (in->n == in->cap) {
+        size_t cap = in->cap ? 2 * in->cap : 16;
+        char **p = realloc(in->paths, cap * sizeof *p);
+        if (p)
+            in->paths = p;
+        uint64_t *s = p ? realloc(in->sizes, cap * sizeof *s) : NULL;
+        if (!s) {
+            fprintf(stderr, PROG ": out of memory\n");
+            return -1;
+        }
+        in->sizes = s;
+        in->cap = cap;
+    }
+    if (!(in->paths[in->n] = strdup(path))) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return -1;
+    }
+    in->sizes[in->n++] = 0;
+    return 0;
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Appends the regular files of directory d, sorted by name. */
+static int add_directory(inputs *in, const char *d)
+{
+    DIR *h = opendir(d);
+    if (!h) {
+        fprintf(stderr, PROG ": warning: skipping directory %s: %s\n", d, strerror(errno));
+        return 0;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(h))) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+            continue;
+        size_t len = strlen(d) + strlen(e->d_name) + 2;
+        char *p = malloc(len);
+        if (!p) {
+            rc = -1;
+            break;
+        }
+        snprintf(p, len, "%s%s%s", d, d[strlen(d) - 1] == '/' ? "" : "/", e->d_name);
+        struct stat st;
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(p);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **q = realloc(names, cap * sizeof *q);
+            if (!q) {
+                free(p);
+                rc = -1;
+                break;
+            }
+            names = q;
+        }
+        names[n++] = p;
+    }
+    closedir(h);
+    if (rc)
+        fprintf(stderr, PROG ": out of memory\n");
+    if (!rc && n) {
+        qsort(names, n, sizeof *names, compare_strings);
+        for (size_t i = 0; i < n && !rc; i++)
+            rc = add_input(in, names[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* ---- Output ---- */
+
+typedef struct writer {
+    const char *dir, *prefix;
+    int32_t *buf;
+    size_t len, cap;
+    const char *split;     /* "train" or "val" */
+    unsigned shard;        /* index of the next shard of this split */
+    unsigned shards[2];    /* shards written per split */
+    uint64_t tokens[2];    /* tokens written per split */
+} writer;
+
+static void shard_path(const writer *w, const char *split, unsigned index, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%s_%s_%06u.bin", w->dir, w->prefix, split, index);
+}
+
+static int flush(writer *w)
+{
+    if (!w->len)
+        return 0;
+    char path[4096];
+    shard_path(w, w->split, w->shard, path, sizeof path);
+    if (llmt_shard_write(path, w->buf, w->len, LLMT_SHARD_VERSION_U16) != LLMT_OK) {
+        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+        return -1;
+    }
+    int val = strcmp(w->split, "val") == 0;
+    printf("wrote %s: %zu tokens\n", path, w->len);
+    w->shards[val]++;
+    w->tokens[val] += w->len;
+    w->shard++;
+    w->len = 0;
+    return 0;
+}
+
+/* Warns about a shard of an earlier run that would follow the last one written. */
+static void warn_stale(const writer *w, const char *split, unsigned next)
+{
+    char path[4096];
+    shard_path(w, split, next, path, sizeof path);
+    if (access(path, F_OK) == 0)
+        fprintf(stderr,
+                PROG ": warning: %s is left from an earlier run and is not part of this "
+                     "output; remove it before loading %s/%s_%s_*.bin\n",
+                path, w->dir, w->prefix, split);
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!*s || *s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *out_dir = ".", *prefix = "data";
+    uint64_t shard_tokens = 10000000;
+    double val_fraction = 0;
+    inputs in = {0}, files = {0};
+    writer w = {0};
+    unsigned char *bytes = NULL;
+    int32_t *tok = NULL;
+    int status = 1, only_files = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_files || a[0] != '-' || !a[1]) {
+            if (add_input(&in, a))
+                goto out;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            only_files = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            status = 0;
+            goto out;
+        }
+        static const char *const opts[] = {"--out-dir", "--prefix", "--shard-tokens",
+                                           "--val-fraction"};
+        int which = -1;
+        const char *value = NULL;
+        for (int k = 0; k < 4; k++) {
+            size_t len = strlen(opts[k]);
+            if (!strncmp(a, opts[k], len) && (a[len] == '=' || !a[len])) {
+                which = k;
+                value = a[len] == '=' ? a + len + 1 : (i + 1 < argc ? argv[++i] : NULL);
+            }
+        }
+        if (which < 0) {
+            fprintf(stderr, PROG ": unknown option %s\n", a);
+            usage(stderr);
+            status = 2;
+            goto out;
+        }
+        if (!value) {
+            fprintf(stderr, PROG ": %s needs a value\n", a);
+            status = 2;
+            goto out;
+        }
+        if (which == 0) {
+            out_dir = value;
+        } else if (which == 1) {
+            prefix = value;
+        } else if (which == 2) {
+            if (parse_u64(value, &shard_tokens) || shard_tokens < 1 || shard_tokens > INT32_MAX) {
+                fprintf(stderr, PROG ": --shard-tokens %s: expected an integer 1..%d\n", value,
+                        INT32_MAX);
+                status = 2;
+                goto out;
+            }
+        } else {
+            char *end;
+            errno = 0;
+            val_fraction = strtod(value, &end);
+            if (errno || *end || !*value || !(val_fraction >= 0 && val_fraction < 1)) {
+                fprintf(stderr, PROG ": --val-fraction %s: expected a number in [0, 1)\n",
+                        value);
+                status = 2;
+                goto out;
+            }
+        }
+    }
+    if (!out_dir[0] || !prefix[0] || strchr(prefix, '/')) {
+        fprintf(stderr, PROG ": %s '%s' is not usable\n", !out_dir[0] ? "--out-dir" : "--prefix",
+                !out_dir[0] ? out_dir : prefix);
+        status = 2;
+        goto out;
+    }
+    if (!in.n) {
+        fprintf(stderr, PROG ": no input files\n");
+        usage(stderr);
+        status = 2;
+        goto out;
+    }
+
+    /* Directories become their files; every input is opened once to learn
+     * its size, and unreadable ones are dropped with a warning. */
+    for (size_t i = 0; i < in.n; i++) {
+        struct stat st;
+        if (stat(in.paths[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (add_directory(&files, in.paths[i]))
+                goto out;
+        } else if (add_input(&files, in.paths[i])) {
+            goto out;
+        }
+    }
+    uint64_t total = 0, total_bytes = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < files.n; i++) {
+        int fd = open(files.paths[i], O_RDONLY);
+        struct stat st;
+        const char *why = fd < 0 || fstat(fd, &st) != 0 ? strerror(errno)
+                          : !S_ISREG(st.st_mode)        ? "not a regular file"
+                                                        : NULL;
+        if (fd >= 0)
+            close(fd);
+        if (why) {
+            fprintf(stderr, PROG ": warning: skipping %s: %s\n", files.paths[i], why);
+            free(files.paths[i]);
+            continue;
+        }
+        files.paths[kept] = files.paths[i];
+        files.sizes[kept++] = (uint64_t)st.st_size;
+        total_bytes += (uint64_t)st.st_size;
+        total += (uint64_t)st.st_size + 1;
+    }
+    files.n = kept;
+    if (!kept) {
+        fprintf(stderr, PROG ": no readable input\n");
+        goto out;
+    }
+    uint64_t n_val = val_fraction > 0 ? (uint64_t)ceil(val_fraction * (double)total) : 0;
+    if (n_val > total)
+        n_val = total;
+    uint64_t n_train = total - n_val;
+    if (!n_train) {
+        fprintf(stderr, PROG ": --val-fraction %g of %" PRIu64 " tokens leaves none to train on\n",
+                val_fraction, total);
+        goto out;
+    }
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, PROG ": cannot create %s: %s\n", out_dir, strerror(errno));
+        goto out;
+    }
+
+    w = (writer){.dir = out_dir, .prefix = prefix, .split = "train", .cap = (size_t)shard_tokens};
+    bytes = malloc(READ_CHUNK);
+    tok = malloc(READ_CHUNK * sizeof *tok);
+    w.buf = malloc(w.cap * sizeof *w.buf);
+    if (!bytes || !tok || !w.buf) {
+        fprintf(stderr, PROG ": out of memory for %zu-token shards\n", w.cap);
+        goto out;
+    }
+    uint64_t emitted = 0;
+    for (size_t i = 0; i < files.n; i++) {
+        FILE *f = fopen(files.paths[i], "rb");
+        if (!f) {
+            fprintf(stderr, PROG ": %s: %s\n", files.paths[i], strerror(errno));
+            goto out;
+        }
+        uint64_t got = 0;
+        int failed = 0;
+        for (;;) {
+            size_t n = fread(bytes, 1, READ_CHUNK, f);
+            /* The document's tokens, then EOT once the file has ended. */
+            size_t n_tok = 0;
+            if (n && llmt_byte_encode(bytes, n, tok, READ_CHUNK, &n_tok) != LLMT_OK) {
+                fprintf(stderr, PROG ": %s\n", llmt_error_last());
+                failed = 1;
+                break;
+            }
+            got += n;
+            int end = n < READ_CHUNK;
+            if (end) {
+                if (ferror(f)) {
+                    fprintf(stderr, PROG ": reading %s failed\n", files.paths[i]);
+                    failed = 1;
+                    break;
+                }
+                if (got != files.sizes[i]) {
+                    fprintf(stderr, PROG ": %s changed while being read (%" PRIu64
+                            " bytes, then %" PRIu64 ")\n",
+                            files.paths[i], files.sizes[i], got);
+                    failed = 1;
+                    break;
+                }
+                tok[n_tok++] = LLMT_TOKEN_EOT;
+            }
+            for (size_t k = 0; k < n_tok && !failed; k++) {
+                w.buf[w.len++] = tok[k];
+                int boundary = ++emitted == n_train;
+                if (w.len == w.cap || boundary)
+                    failed = flush(&w);
+                if (boundary) {
+                    w.split = "val";
+                    w.shard = 0;
+                }
+            }
+            if (end || failed)
+                break;
+        }
+        fclose(f);
+        if (failed)
+            goto out;
+    }
+    if (flush(&w))
+        goto out;
+    warn_stale(&w, "train", w.shards[0]);
+    warn_stale(&w, "val", w.shards[1]);
+    printf("%zu files, %" PRIu64 " bytes, %" PRIu64 " tokens: train %" PRIu64
+           " tokens in %u shards, val %" PRIu64 " tokens in %u shards\n",
+           files.n, total_bytes, total, w.tokens[0], w.shards[0], w.tokens[1], w.shards[1]);
+    status = 0;
+
+out:
+    free(bytes);
+    free(tok);
+    free(w.buf);
+    for (size_t i = 0; i < files.n; i++)
+        free(files.paths[i]);
+    free(files.paths);
+    free(files.sizes);
+    for (size_t i = 0; i < in.n; i++)
+        free(in.paths[i]);
+    free(in.paths);
+    free(in.sizes);
+    return status;
+}
