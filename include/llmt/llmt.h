@@ -25,6 +25,7 @@
 #include "llmt/recompute.h"
 #include "llmt/slicer.h"
 #include "llmt/plan.h"
+#include "llmt/config.h"
 #include "llmt/data.h"
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "llmt/loss_scaler.h"
+#include "optim/optim_internal.h"
 
 struct llmt_loss_scaler {
     llmt_loss_scaler_config cfg;
@@ -18,9 +19,8 @@ void llmt_loss_scaler_config_init(llmt_loss_scaler_config *cfg)
     }
 }
 
-static int check_config(const llmt_loss_scaler_config *c)
+int llmt_loss_scaler_config_check(const llmt_loss_scaler_config *c, const char *fn)
 {
-    const char *fn = "llmt_loss_scaler_create";
     if (c->version != LLMT_LOSS_SCALER_CONFIG_VERSION)
         return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
                          c->version, LLMT_LOSS_SCALER_CONFIG_VERSION);
@@ -49,7 +49,7 @@ int llmt_loss_scaler_create(llmt_loss_scaler **out, const llmt_loss_scaler_confi
     if (!out || !cfg)
         return llmt_fail(LLMT_EINVAL, "llmt_loss_scaler_create: %s is NULL", out ? "cfg" : "out");
     *out = NULL;
-    int rc = check_config(cfg);
+    int rc = llmt_loss_scaler_config_check(cfg, "llmt_loss_scaler_create");
     if (rc)
         return rc;
     llmt_loss_scaler *s = calloc(1, sizeof *s);

@@ -27,4 +27,7 @@ double llmt_schedule_lr(const llmt_optimizer_config *c, int64_t step);
 /* Validates a configuration, naming the field at fault. */
 int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn);
 
+/* Validates a loss scaler configuration, naming the field at fault. */
+int llmt_loss_scaler_config_check(const llmt_loss_scaler_config *c, const char *fn);
+
 #endif

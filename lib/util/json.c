@@ -15,6 +15,7 @@
 
 #include "llmt/common.h"
 #include "core/error.h"
+#include "util/format.h"
 #include "util/json.h"
 
 struct llmt_json {
@@ -958,15 +959,8 @@ int llmt_jw_double(llmt_jw *w, double v)
         return w->status;
     if (!isfinite(v))
         return jw_fail(w, LLMT_EINVAL, "%s has no JSON form", isnan(v) ? "NaN" : "an infinity");
-    /* %g never writes "1." or ".5", so each form is a JSON number; 17
-     * significant digits always read back as the same double. */
     char text[32];
-    int n = 0;
-    for (int digits = 15; digits <= 17; digits++) {
-        n = snprintf(text, sizeof text, "%.*g", digits, v);
-        if (strtod(text, NULL) == v)
-            break;
-    }
+    int n = llmt_format_double(text, v);
     return jw_scalar(w, text, (size_t)n);
 }
 
