@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
     build-essential cmake pkg-config binutils
     libopenblas-dev libyaml-dev libxxhash-dev libcmocka-dev
+    clang libclang-rt-14-dev
 )
 
 missing=()

@@ -27,5 +27,6 @@
 #include "llmt/plan.h"
 #include "llmt/config.h"
 #include "llmt/data.h"
+#include "llmt/checkpoint.h"
 
 #endif

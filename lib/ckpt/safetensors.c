@@ -103,8 +103,8 @@ static int check_write_args(const char *path, const llmt_st_write_tensor *t, siz
         if (x->ndim < 0 || x->ndim > LLMT_ST_MAX_NDIM)
             return llmt_fail(LLMT_EINVAL, "%s: tensor %s: ndim = %d (0..%d)", path, q, x->ndim,
                              LLMT_ST_MAX_NDIM);
-        if (!x->fill)
-            return llmt_fail(LLMT_EINVAL, "%s: tensor %s: fill is NULL", path, q);
+        if (!x->fill && !x->data)
+            return llmt_fail(LLMT_EINVAL, "%s: tensor %s: neither fill nor data is set", path, q);
         uint64_t bytes;
         if (!shape_bytes(x->shape, x->ndim, elem, &bytes) ||
             __builtin_add_overflow(total, bytes, &total))
@@ -249,6 +249,15 @@ static int stream_data(sink *s, const llmt_st_write_tensor *t, size_t n, char *b
     size_t used = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t size = write_tensor_bytes(&t[i]);
+        if (t[i].data) { /* bytes in host memory: written as they are */
+            int rc = used ? sink_write(s, buf, used) : LLMT_OK;
+            used = 0;
+            if (!rc)
+                rc = sink_write(s, t[i].data, (size_t)size);
+            if (rc)
+                return rc;
+            continue;
+        }
         for (uint64_t off = 0; off < size;) {
             size_t take = cap - used < size - off ? cap - used : (size_t)(size - off);
             llmt_error_clear();

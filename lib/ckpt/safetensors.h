@@ -37,6 +37,7 @@ typedef struct llmt_st_write_tensor {
     uint64_t shape[LLMT_ST_MAX_NDIM];
     llmt_st_fill_fn fill; /* called for consecutive ranges, never for 0 bytes */
     void *user;           /* passed to fill */
+    const void *data;     /* or the bytes in host memory, written directly (fill unused) */
 } llmt_st_write_tensor;
 
 /* One "__metadata__" entry: UTF-8 strings, keys unique. */

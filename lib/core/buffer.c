@@ -49,7 +49,10 @@ int llmt_buf_alloc(llmt_context *ctx, llmt_buf *b, int category, size_t bytes, c
     pthread_mutex_unlock(&ctx->mem_lock);
 
     void *ptr = NULL;
-    int rc = llmt_ops(ctx)->mem_alloc(ctx->backend, bytes, &ptr);
+    const llmt_backend_ops *ops = llmt_ops(ctx);
+    int rc = category == LLMT_MEM_STAGING && ops->host_alloc
+                 ? ops->host_alloc(ctx->backend, bytes, &ptr)
+                 : ops->mem_alloc(ctx->backend, bytes, &ptr);
 
     pthread_mutex_lock(&ctx->mem_lock);
     if (rc != LLMT_OK) {
@@ -77,7 +80,11 @@ void llmt_buf_free(llmt_context *ctx, llmt_buf *b)
             memset(b, 0, sizeof *b);
         return;
     }
-    llmt_ops(ctx)->mem_free(ctx->backend, b->ptr);
+    const llmt_backend_ops *ops = llmt_ops(ctx);
+    if (b->category == LLMT_MEM_STAGING && ops->host_free)
+        ops->host_free(ctx->backend, b->ptr);
+    else
+        ops->mem_free(ctx->backend, b->ptr);
     pthread_mutex_lock(&ctx->mem_lock);
     ctx->current[b->category] -= b->bytes;
     ctx->total_current -= b->bytes;

@@ -15,7 +15,7 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 3
+#define LLMT_BACKEND_ABI 4
 
 typedef struct llmt_device llmt_device;
 
@@ -72,10 +72,17 @@ typedef struct llmt_ce_args {
 
 typedef struct llmt_backend_ops {
     const char *name;
+    /* 1 when device memory is host memory (the CPU): checkpoints then read
+     * and write tensors in place instead of through a bounce buffer. */
+    int host_memory;
 
     /* Memory. mem_alloc returns raw device memory (the context accounts it). */
     int (*mem_alloc)(llmt_device *dev, size_t bytes, void **out);
     void (*mem_free)(llmt_device *dev, void *ptr);
+    /* Host memory for the STAGING category (pinned on CUDA); NULL where
+     * mem_alloc already returns host memory. */
+    int (*host_alloc)(llmt_device *dev, size_t bytes, void **out);
+    void (*host_free)(llmt_device *dev, void *ptr);
     int (*copy_to_device)(llmt_device *dev, void *dst, const void *host_src, size_t bytes);
     int (*copy_to_host)(llmt_device *dev, void *host_dst, const void *src, size_t bytes);
     int (*copy_on_device)(llmt_device *dev, void *dst, const void *src, size_t bytes);

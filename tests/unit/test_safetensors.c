@@ -384,6 +384,43 @@ static uint64_t get_le64(const unsigned char *p)
     return v;
 }
 
+/* Tensors given as host pointers are written as they are: the file is
+ * byte-identical to the one written through fill callbacks, chunk sizes
+ * notwithstanding. */
+static void test_write_from_pointers(void **state)
+{
+    (void)state;
+    static unsigned char big[3 * 4096 + 12];
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (unsigned char)(i * 7 + 3);
+    static const unsigned char small[6] = {1, 2, 3, 4, 5, 6};
+    const unsigned char *arrays[3] = {small, big, small};
+    llmt_st_write_tensor by_fill[3] = {
+        {"s", LLMT_DTYPE_BF16, 1, {3}, fill_from, arrays, NULL},
+        {"big", LLMT_DTYPE_F32, 1, {sizeof big / 4}, fill_from, arrays, NULL},
+        {"s2", LLMT_DTYPE_F16, 1, {3}, fill_from, arrays, NULL},
+    };
+    llmt_st_write_tensor by_pointer[3];
+    memcpy(by_pointer, by_fill, sizeof by_fill);
+    by_pointer[0].fill = NULL, by_pointer[0].data = small;
+    by_pointer[1].fill = NULL, by_pointer[1].data = big; /* the middle one only by pointer too */
+    by_pointer[2].data = NULL;
+    const llmt_st_write_opts opts = {false, 4096};
+    llmt_st_write_result r1 = {0, 0}, r2 = {0, 0};
+    const char *p1 = path_of("fill.safetensors");
+    assert_int_equal(llmt_st_write(p1, by_fill, 3, NULL, 0, &opts, &r1), LLMT_OK);
+    size_t n1 = 0, n2 = 0;
+    unsigned char *f1 = read_bytes(p1, &n1);
+    const char *p2 = path_of("pointer.safetensors");
+    assert_int_equal(llmt_st_write(p2, by_pointer, 3, NULL, 0, &opts, &r2), LLMT_OK);
+    unsigned char *f2 = read_bytes(p2, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(f1, f2, n1);
+    assert_true(r1.xxh3 == r2.xxh3 && r1.xxh3 == XXH3_64bits(f2, n2));
+    free(f1);
+    free(f2);
+}
+
 static void test_write_layout(void **state)
 {
     (void)state;
@@ -392,9 +429,9 @@ static void test_write_layout(void **state)
     static const unsigned char c[4] = {0x07, 0x00, 0x00, 0x00};
     const unsigned char *arrays[3] = {a, b, c};
     const llmt_st_write_tensor tensors[3] = {
-        {"a", LLMT_DTYPE_F32, 1, {2}, fill_from, arrays},
-        {"b", LLMT_DTYPE_BF16, 2, {1, 3}, fill_from, arrays},
-        {"c", LLMT_DTYPE_I32, 0, {0}, fill_from, arrays},
+        {"a", LLMT_DTYPE_F32, 1, {2}, fill_from, arrays, NULL},
+        {"b", LLMT_DTYPE_BF16, 2, {1, 3}, fill_from, arrays, NULL},
+        {"c", LLMT_DTYPE_I32, 0, {0}, fill_from, arrays, NULL},
     };
     const llmt_st_meta meta[2] = {{"format", "pt"}, {"step", "12"}};
     const char *path = path_of("written.safetensors");
@@ -488,9 +525,9 @@ static void round_trip_large(const char *name, size_t big_elems, size_t chunk, s
 {
     fill_log log = {{0}, {0}, 0};
     const llmt_st_write_tensor tensors[3] = {
-        {"x", LLMT_DTYPE_F16, 1, {5}, fill_pattern, &log},
-        {"big", LLMT_DTYPE_F32, 2, {1, big_elems}, fill_pattern, &log},
-        {"y", LLMT_DTYPE_I32, 1, {1}, fill_pattern, &log},
+        {"x", LLMT_DTYPE_F16, 1, {5}, fill_pattern, &log, NULL},
+        {"big", LLMT_DTYPE_F32, 2, {1, big_elems}, fill_pattern, &log, NULL},
+        {"y", LLMT_DTYPE_I32, 1, {1}, fill_pattern, &log, NULL},
     };
     const size_t sizes[3] = {10, 4 * big_elems, 4};
     const char *path = path_of(name);
@@ -561,9 +598,9 @@ static void test_atomic_replace(void **state)
 
     failing ok = {99, 0, LLMT_OK, false};
     llmt_st_write_tensor tensors[3] = {
-        {"a", LLMT_DTYPE_F32, 1, {3000}, fill_failing, &ok},
-        {"b", LLMT_DTYPE_F32, 1, {5000}, fill_failing, &ok},
-        {"c", LLMT_DTYPE_F32, 1, {10}, fill_failing, &ok},
+        {"a", LLMT_DTYPE_F32, 1, {3000}, fill_failing, &ok, NULL},
+        {"b", LLMT_DTYPE_F32, 1, {5000}, fill_failing, &ok, NULL},
+        {"c", LLMT_DTYPE_F32, 1, {10}, fill_failing, &ok, NULL},
     };
     assert_int_equal(llmt_st_write(path, tensors, 3, NULL, 0, NULL, NULL), LLMT_OK);
     size_t old_size;
@@ -628,7 +665,7 @@ static void test_write_refusals(void **state)
 {
     (void)state;
     const char *path = path_of("refused.safetensors");
-    const llmt_st_write_tensor good = {"t", LLMT_DTYPE_F32, 1, {2}, fill_never, NULL};
+    const llmt_st_write_tensor good = {"t", LLMT_DTYPE_F32, 1, {2}, fill_never, NULL, NULL};
     static const struct {
         const char *name;
         int dtype, ndim;
@@ -643,7 +680,7 @@ static void test_write_refusals(void **state)
         {"u", 9, 1, 2, false, "tensor \"u\": dtype = 9 is not a dtype"},
         {"u", LLMT_DTYPE_F32, 9, 2, false, "tensor \"u\": ndim = 9 (0..8)"},
         {"u", LLMT_DTYPE_F32, -1, 2, false, "tensor \"u\": ndim = -1"},
-        {"u", LLMT_DTYPE_F32, 1, 2, true, "tensor \"u\": fill is NULL"},
+        {"u", LLMT_DTYPE_F32, 1, 2, true, "tensor \"u\": neither fill nor data is set"},
         {"u", LLMT_DTYPE_F32, 1, UINT64_MAX / 2, false,
          "tensor \"u\": shape [9223372036854775807] of F32: size overflows"},
         {"t", LLMT_DTYPE_F32, 1, 2, false, "tensor name \"t\" given twice"},
@@ -688,6 +725,7 @@ int main(void)
         cmocka_unit_test(test_read_hand_built),
         cmocka_unit_test(test_read_minimal_and_arguments),
         cmocka_unit_test(test_write_layout),
+        cmocka_unit_test(test_write_from_pointers),
         cmocka_unit_test(test_tensor_larger_than_buffer),
         cmocka_unit_test(test_atomic_replace),
         cmocka_unit_test(test_write_refusals),

@@ -19,6 +19,7 @@ static size_t cpu_scratch_bytes(const llmt_op_dims *d)
 
 static const llmt_backend_ops cpu_ops = {
     .name = "cpu",
+    .host_memory = 1,
     .mem_alloc = llmt_cpu_mem_alloc,
     .mem_free = llmt_cpu_mem_free,
     .copy_to_device = llmt_cpu_copy,

@@ -1,0 +1,146 @@
+/* llmt_ckpt_store: a directory of committed checkpoints of the full training
+ * state (weights, optimizer moments and master weights, loss scaler, random
+ * streams, data position, schedule and step, an opaque user blob), written
+ * atomically, checksummed, verified before use, newest K kept; with an
+ * optional fast tier (a directory on tmpfs) beside the durable one. The
+ * on-disk format is specified in docs/checkpoint-format.md.
+ *
+ * A checkpoint is a directory step-NNNNNNNN holding model.safetensors,
+ * optimizer.safetensors, user.bin (when a blob is given) and MANIFEST, which
+ * lists every file's size and XXH3-64. It is written under a temporary name
+ * and renamed into place after every file and the directory are synced, so a
+ * crash at any instant leaves either the previous set of checkpoints or the
+ * new one, never a half-written one under a checkpoint's name.
+ *
+ * Threads: a store is used by one thread at a time. An async save runs on a
+ * thread of the store's; the next save, wait, or llmt_ckpt_store_free joins
+ * it, and an error it met is returned by that next call. */
+#ifndef LLMT_CHECKPOINT_H
+#define LLMT_CHECKPOINT_H
+
+#include "llmt/common.h"
+#include "llmt/context.h"
+#include "llmt/data.h"
+#include "llmt/loss_scaler.h"
+#include "llmt/model.h"
+#include "llmt/optimizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmt_ckpt_store llmt_ckpt_store;
+
+/* The two tiers. */
+typedef enum llmt_ckpt_tier {
+    LLMT_CKPT_DURABLE = 0, /* the store's directory, synced to disk */
+    LLMT_CKPT_FAST = 1     /* the fast directory (tmpfs), not synced */
+} llmt_ckpt_tier;
+
+#define LLMT_CKPT_STORE_CONFIG_VERSION 1
+
+typedef struct llmt_ckpt_store_config {
+    uint32_t version;     /* LLMT_CKPT_STORE_CONFIG_VERSION */
+    int32_t keep;         /* newest checkpoints kept in the durable tier: 5 */
+    int32_t sync;         /* 1: fsync files and directories (durable tier): 1 */
+    const char *fast_dir; /* the fast tier's directory, or NULL for none */
+    int32_t fast_keep;    /* newest kept in the fast tier: 2 */
+} llmt_ckpt_store_config;
+
+#define LLMT_CKPT_STORE_CONFIG_INIT {LLMT_CKPT_STORE_CONFIG_VERSION, 5, 1, 0, 2}
+
+/* Fills cfg with the defaults of LLMT_CKPT_STORE_CONFIG_INIT. */
+LLMT_API void llmt_ckpt_store_config_init(llmt_ckpt_store_config *cfg);
+
+/* Opens (creating if needed) the durable directory dir and the fast one, and
+ * removes what an interrupted save left (step-*.tmp-* directories). The
+ * store borrows ctx (for the STAGING buffer of async saves), which must
+ * outlive it. Errors: LLMT_EINVAL, LLMT_EIO naming the directory. */
+LLMT_API int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *dir,
+                                  const llmt_ckpt_store_config *cfg);
+
+/* Waits for an async save in flight, then releases the store; NULL accepted. */
+LLMT_API void llmt_ckpt_store_free(llmt_ckpt_store *store);
+
+#define LLMT_TRAIN_STATE_VERSION 1
+
+/* The objects and counters a checkpoint holds. model is required; the others
+ * may be NULL (and are then neither saved nor loaded). */
+typedef struct llmt_train_state {
+    uint32_t version;             /* LLMT_TRAIN_STATE_VERSION */
+    llmt_model *model;
+    llmt_optimizer *optimizer;
+    llmt_loss_scaler *scaler;
+    llmt_loader *loader;
+    int64_t step;                 /* training step: the checkpoint's name */
+    int64_t tokens_seen;
+    const void *user_blob;        /* the caller's own state (save), or NULL */
+    size_t user_blob_size;
+    const char *config_yaml;      /* the run's effective configuration (save), or NULL */
+} llmt_train_state;
+
+#define LLMT_TRAIN_STATE_INIT {LLMT_TRAIN_STATE_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/* Saves state as checkpoint state->step of tier, synchronously: returns once
+ * it is committed (and, in the durable tier, synced). Rotation then deletes
+ * the oldest beyond keep, never the one just committed. A failure removes
+ * the temporary directory and leaves every earlier checkpoint as it was. A
+ * checkpoint of the same step is replaced. Errors: LLMT_EIO naming the file,
+ * LLMT_EINVAL, and an earlier async save's error. */
+LLMT_API int llmt_ckpt_save(llmt_ckpt_store *store, const llmt_train_state *state, int32_t tier);
+
+/* Like llmt_ckpt_save, but returns once the state has been copied into a
+ * staging buffer (STAGING category, kept for the next save); a thread of the
+ * store's writes and commits it. Changing the objects afterwards does not
+ * change what is written. At most one save is in flight: this first waits
+ * for the previous one (returning its error if it failed). */
+LLMT_API int llmt_ckpt_save_async(llmt_ckpt_store *store, const llmt_train_state *state,
+                                  int32_t tier);
+
+/* Waits for an async save in flight; returns its status (LLMT_OK if none). */
+LLMT_API int llmt_ckpt_wait(llmt_ckpt_store *store);
+
+/* Steps of the committed checkpoints (directories step-N) of tier, ascending,
+ * into a caller array of cap entries; *count receives how many there are
+ * (cap 0 asks for the count). Not verified: see llmt_ckpt_verify. */
+LLMT_API int llmt_ckpt_list(llmt_ckpt_store *store, int32_t tier, int64_t *steps, size_t cap,
+                            size_t *count);
+
+/* Checks checkpoint step of tier completely: the manifest parses and its own
+ * checksum holds, every listed file exists with the listed size and XXH3-64,
+ * no other file is present. LLMT_ECORRUPT (or LLMT_EIO) naming the file. */
+LLMT_API int llmt_ckpt_verify(llmt_ckpt_store *store, int64_t step, int32_t tier);
+
+/* The newest checkpoint over both tiers that verifies (the higher step; the
+ * durable one when both tiers hold it). Checkpoints passed over are
+ * described, one line each with the reason, in notes (a caller buffer of
+ * notes_cap bytes, NUL-terminated, may be NULL). LLMT_ENOTFOUND when none
+ * verifies. */
+LLMT_API int llmt_ckpt_latest(llmt_ckpt_store *store, int64_t *step, int32_t *tier, char *notes,
+                              size_t notes_cap);
+
+/* Loads checkpoint step of tier into the objects of state (which must match
+ * what was saved: the model's configuration and precision, an optimizer and
+ * scaler where the checkpoint has them, a loader over the same data), and
+ * sets state->step and state->tokens_seen. The optimizer's hyper-parameters
+ * and step count, the scaler's state, the context's random stream and the
+ * loader's position are restored. The user blob goes into a caller buffer of
+ * user_cap bytes (*user_size receives its size; cap 0 asks). Every byte is
+ * checked against the manifest while it is read; on LLMT_ECORRUPT the
+ * objects are partly overwritten and must be loaded again before use
+ * (llmt_ckpt_latest verifies a checkpoint before naming it). Mismatches are
+ * LLMT_EINVAL naming the field. */
+LLMT_API int llmt_ckpt_load(llmt_ckpt_store *store, int64_t step, int32_t tier,
+                            llmt_train_state *state, void *user_buf, size_t user_cap,
+                            size_t *user_size);
+
+/* The directory of checkpoint step of tier, into a caller buffer of cap
+ * bytes (cap 0 asks for the size needed, NUL included). */
+LLMT_API int llmt_ckpt_path(const llmt_ckpt_store *store, int64_t step, int32_t tier, char *out,
+                            size_t cap, size_t *needed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

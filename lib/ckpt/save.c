@@ -1,0 +1,358 @@
+/* Saving a checkpoint: gathering the state (in place, or copied into the
+ * staging buffer for an async save), writing its files into a temporary
+ * directory, committing it by rename, and rotating. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/fsutil.h"
+#include "ckpt/store_internal.h"
+#include "core/context_internal.h"
+#include "core/error.h"
+#include "model/config_json.h"
+#include "model/model_internal.h"
+#include "optim/optim_internal.h"
+
+/* The optimizer's state tensors, in file order: name suffixes. */
+static const char *const state_suffix[3] = {".exp_avg", ".exp_avg_sq", ".master"};
+
+/* Device bytes of one tensor, for backends whose memory the host cannot
+ * read: copied to the writer's buffer range by range. */
+typedef struct device_src {
+    const llmt_model *m;
+    const char *base; /* device address of the tensor's first byte */
+} device_src;
+
+static int fill_from_device(void *user, size_t ti, size_t off, void *dst, size_t bytes)
+{
+    const device_src *src = (const device_src *)user + ti;
+    return src->m->ops->copy_to_host(src->m->dev, dst, src->base + off, bytes);
+}
+
+/* Fills the tensor table of one file: entry i is parameter i % n_params of
+ * section i / n_params, whose bytes start at bases[section] + offset. */
+static int build_tensors(const llmt_model *m, int sections, const char *const *bases,
+                         const int *dtypes, const char *const *suffixes, int host, char **names_at,
+                         llmt_st_write_tensor *t, device_src *src)
+{
+    for (int sec = 0; sec < sections; sec++)
+        for (int32_t i = 0; i < m->n_params; i++) {
+            const llmt_param *p = &m->params[i];
+            llmt_st_write_tensor *x = &t[sec * m->n_params + i];
+            int n = sprintf(*names_at, "%s%s", p->name, suffixes ? suffixes[sec] : "");
+            x->name = *names_at;
+            *names_at += n + 1;
+            x->dtype = dtypes[sec];
+            x->ndim = p->ndim;
+            x->shape[0] = (uint64_t)p->shape[0];
+            x->shape[1] = (uint64_t)p->shape[1];
+            const char *at = bases[sec] + (size_t)p->offset * llmt_dtype_size(dtypes[sec]);
+            if (host) {
+                x->data = at;
+            } else {
+                x->fill = fill_from_device;
+                x->user = src;
+                src[sec * m->n_params + i] = (device_src){m, at};
+            }
+        }
+    return LLMT_OK;
+}
+
+void llmt_ckpt_snapshot_free(ckpt_snapshot *snap)
+{
+    llmt_manifest_clear(&snap->manifest);
+    if (snap->model_tensors && snap->model_tensors[0].fill)
+        free(snap->model_tensors[0].user);
+    if (snap->opt_tensors && snap->opt_tensors[0].fill)
+        free(snap->opt_tensors[0].user);
+    free(snap->model_tensors);
+    free(snap->opt_tensors);
+    free(snap->names);
+    free(snap->model_meta_config);
+    memset(snap, 0, sizeof *snap);
+}
+
+/* The manifest's fields other than the file list. */
+static int fill_manifest(const llmt_train_state *st, llmt_manifest *m)
+{
+    const llmt_model *model = st->model;
+    snprintf(m->library_version, sizeof m->library_version, "%s", LLMT_VERSION_STRING);
+    m->format = LLMT_MANIFEST_FORMAT;
+    m->step = st->step;
+    m->tokens_seen = st->tokens_seen;
+    m->epoch = st->loader ? (int64_t)llmt_loader_epoch(st->loader) : 0;
+    m->model = model->cfg;
+    if (st->optimizer) {
+        m->has_optimizer = 1;
+        m->optimizer = st->optimizer->cfg;
+        m->optimizer_steps = st->optimizer->steps;
+    }
+    int rc = LLMT_OK;
+    if (st->scaler) {
+        m->has_scaler = 1;
+        m->scaler.version = LLMT_LOSS_SCALER_STATE_VERSION;
+        rc = llmt_loss_scaler_get_config(st->scaler, &m->scaler_config);
+        if (!rc)
+            rc = llmt_loss_scaler_get_state(st->scaler, &m->scaler);
+    }
+    if (!rc)
+        rc = llmt_context_rng_get(model->ctx, &m->context_rng);
+    if (!rc && st->loader) {
+        m->has_loader = 1;
+        m->loader.version = LLMT_LOADER_STATE_VERSION;
+        rc = llmt_loader_get_state(st->loader, &m->loader);
+    }
+    if (!rc && st->config_yaml && !(m->config_yaml = strdup(st->config_yaml)))
+        rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    return rc;
+}
+
+/* Copies the tensors and the blob into the store's staging buffer (grown to
+ * fit, and kept: a buffer reused save after save is already paged in) and
+ * returns the host addresses of each part. */
+static int stage(llmt_ckpt_store *s, const llmt_train_state *st, const char **w,
+                 const char **opt, const void **user)
+{
+    const llmt_model *m = st->model;
+    const llmt_optimizer *o = st->optimizer;
+    size_t parts[5] = {m->weights.bytes, o ? o->m.bytes : 0, o ? o->v.bytes : 0,
+                       o ? o->master.bytes : 0, st->user_blob_size};
+    size_t total = 0;
+    for (int i = 0; i < 5; i++)
+        total += parts[i];
+    if (s->staging.bytes != total) {
+        llmt_buf_free(s->ctx, &s->staging);
+        LLMT_TRY(llmt_buf_alloc(s->ctx, &s->staging, LLMT_MEM_STAGING, total, "checkpoint staging"));
+    }
+    char *at = s->staging.ptr;
+    const void *src[4] = {m->weights.ptr, o ? o->m.ptr : NULL, o ? o->v.ptr : NULL,
+                          o ? o->master.ptr : NULL};
+    for (int i = 0; i < 4; i++) {
+        if (parts[i])
+            LLMT_TRY(m->ops->copy_to_host(m->dev, at, src[i], parts[i]));
+        if (i == 0)
+            *w = at;
+        else
+            opt[i - 1] = at;
+        at += parts[i];
+    }
+    if (parts[4])
+        memcpy(at, st->user_blob, parts[4]);
+    *user = at;
+    return LLMT_OK;
+}
+
+int llmt_ckpt_snapshot(llmt_ckpt_store *s, const llmt_train_state *st, int tier, int staging,
+                       ckpt_snapshot *snap)
+{
+    memset(snap, 0, sizeof *snap);
+    snap->tier = tier;
+    const llmt_model *m = st->model;
+    const llmt_optimizer *o = st->optimizer;
+    int sections = o ? (o->master.ptr ? 3 : 2) : 0;
+    size_t np = m->n_params > 0 ? (size_t)m->n_params : 0;
+    size_t name_bytes = 0;
+    for (int32_t i = 0; i < m->n_params; i++)
+        name_bytes += (strlen(m->params[i].name) + 16) * (size_t)(1 + sections);
+    snap->names = malloc(name_bytes);
+    snap->model_tensors = calloc(np, sizeof *snap->model_tensors);
+    snap->opt_tensors = sections ? calloc((size_t)sections * np, sizeof *snap->opt_tensors) : NULL;
+    int host = staging || m->ops->host_memory;
+    device_src *msrc = host ? NULL : calloc(np, sizeof *msrc);
+    device_src *osrc = host || !sections ? NULL : calloc((size_t)sections * np, sizeof *osrc);
+    int rc = LLMT_OK;
+    if (!snap->names || !snap->model_tensors || (sections && !snap->opt_tensors) ||
+        (!host && (!msrc || (sections && !osrc)))) {
+        free(msrc);
+        free(osrc);
+        rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of host memory");
+    }
+    if (!rc)
+        rc = fill_manifest(st, &snap->manifest);
+    const char *w = m->weights.ptr;
+    const char *opt[3] = {o ? o->m.ptr : NULL, o ? o->v.ptr : NULL, o ? o->master.ptr : NULL};
+    snap->user = st->user_blob;
+    if (!rc && staging)
+        rc = stage(s, st, &w, opt, &snap->user);
+    snap->user_size = st->user_blob_size;
+    if (!rc) {
+        char *names_at = snap->names;
+        const int wdt[1] = {m->dt};
+        const int odt[3] = {o ? o->state_dt : 0, o ? o->state_dt : 0, LLMT_DTYPE_F32};
+        build_tensors(m, 1, &w, wdt, NULL, host, &names_at, snap->model_tensors, msrc);
+        snap->n_model = np;
+        if (sections) {
+            build_tensors(m, sections, opt, odt, state_suffix, host, &names_at, snap->opt_tensors, osrc);
+            snap->n_opt = (size_t)sections * np;
+        }
+    }
+    if (!rc) {
+        llmt_jw jw;
+        llmt_jw_init(&jw);
+        const char *text = NULL;
+        size_t len = 0;
+        rc = llmt_model_config_write_json(&jw, &m->cfg);
+        if (!rc)
+            rc = llmt_jw_finish(&jw, &text, &len);
+        if (!rc && !(snap->model_meta_config = strdup(text)))
+            rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of host memory");
+        llmt_jw_free(&jw);
+    }
+    if (rc)
+        llmt_ckpt_snapshot_free(snap);
+    return rc;
+}
+
+/* ---- committing */
+
+/* A fresh empty directory "<dir>/<name>.<tag>-XXXXXX" (malloc'ed path). */
+static char *fresh_dir(const char *dir, const char *name, const char *tag)
+{
+    size_t n = strlen(dir) + strlen(name) + strlen(tag) + 12;
+    char *p = malloc(n);
+    if (p) {
+        snprintf(p, n, "%s/%s.%s-XXXXXX", dir, name, tag);
+        if (!mkdtemp(p)) {
+            llmt_fail(LLMT_EIO, "%s: cannot create a directory: %s", dir, strerror(errno));
+            free(p);
+            return NULL;
+        }
+    } else {
+        llmt_fail(LLMT_ENOMEM, "out of memory");
+    }
+    return p;
+}
+
+static char *join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* Writes one safetensors file of the checkpoint and lists it in the manifest. */
+static int write_tensors(const char *tmp, const char *file, const llmt_st_write_tensor *t,
+                         size_t n, const llmt_st_meta *meta, size_t n_meta, int sync,
+                         llmt_manifest *m)
+{
+    char *path = join(tmp, file);
+    if (!path)
+        return llmt_fail(LLMT_ENOMEM, "out of memory");
+    llmt_st_write_opts opts = LLMT_ST_WRITE_OPTS_INIT;
+    opts.durable = sync;
+    llmt_st_write_result res = {0, 0};
+    int rc = llmt_st_write(path, t, n, meta, n_meta, &opts, &res);
+    if (!rc) {
+        llmt_manifest_file *f = &m->files[m->n_files++];
+        snprintf(f->name, sizeof f->name, "%s", file);
+        f->bytes = res.file_bytes;
+        f->xxh3 = res.xxh3;
+    }
+    free(path);
+    return rc;
+}
+
+/* Writes every file of snap into the empty directory tmp. */
+static int write_files(const char *tmp, ckpt_snapshot *snap, int sync)
+{
+    llmt_manifest *m = &snap->manifest;
+    m->n_files = 0;
+    const llmt_st_meta meta[2] = {{"format", "pt"}, {"llmt.model_config", snap->model_meta_config}};
+    LLMT_TRY(write_tensors(tmp, CKPT_MODEL_FILE, snap->model_tensors, snap->n_model, meta, 2, sync, m));
+    if (snap->n_opt)
+        LLMT_TRY(write_tensors(tmp, CKPT_OPTIMIZER_FILE, snap->opt_tensors, snap->n_opt, meta, 1, sync, m));
+    if (snap->user_size) {
+        char *path = join(tmp, CKPT_USER_FILE);
+        llmt_manifest_file *f = &m->files[m->n_files];
+        int rc = path ? llmt_write_file(path, snap->user, snap->user_size, sync, &f->xxh3)
+                      : llmt_fail(LLMT_ENOMEM, "out of memory");
+        free(path);
+        if (rc)
+            return rc;
+        snprintf(f->name, sizeof f->name, "%s", CKPT_USER_FILE);
+        f->bytes = snap->user_size;
+        m->n_files++;
+    }
+    char *text = NULL, *path = join(tmp, CKPT_MANIFEST_FILE);
+    size_t len = 0;
+    int rc = path ? llmt_manifest_format(m, &text, &len) : llmt_fail(LLMT_ENOMEM, "out of memory");
+    if (!rc)
+        rc = llmt_write_file(path, text, len, sync, NULL);
+    free(text);
+    free(path);
+    return !rc && sync ? llmt_sync_dir(tmp) : rc;
+}
+
+/* Deletes the oldest checkpoints of tier beyond keep, never `protect`. A
+ * victim is first renamed to a temporary name, so a crash part-way leaves
+ * something the next open removes rather than a damaged checkpoint. */
+static int rotate(const llmt_ckpt_store *s, int tier, int64_t protect)
+{
+    size_t n = 0;
+    int64_t *steps = NULL;
+    int rc = llmt_ckpt_scan(s, tier, &steps, &n);
+    for (size_t i = 0; !rc && n - i > (size_t)s->keep[tier]; i++) {
+        if (steps[i] == protect)
+            continue;
+        char name[64];
+        llmt_ckpt_dirname(name, sizeof name, steps[i]);
+        char *victim = llmt_ckpt_file(s, tier, steps[i], NULL);
+        char *gone = victim ? fresh_dir(s->dir[tier], name, "tmp") : NULL;
+        if (!gone)
+            rc = victim ? LLMT_EIO : llmt_fail(LLMT_ENOMEM, "out of memory");
+        else if (rename(victim, gone) != 0)
+            rc = llmt_fail(LLMT_EIO, "%s: cannot move aside for deletion: %s", victim, strerror(errno));
+        else
+            rc = llmt_remove_tree(gone);
+        free(victim);
+        free(gone);
+    }
+    free(steps);
+    return rc;
+}
+
+int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
+{
+    int tier = snap->tier, sync = s->sync[tier];
+    const char *dir = s->dir[tier];
+    int64_t step = snap->manifest.step;
+    char name[64];
+    llmt_ckpt_dirname(name, sizeof name, step);
+    char *tmp = fresh_dir(dir, name, "tmp");
+    char *final = llmt_ckpt_file(s, tier, step, NULL);
+    char *old = NULL;
+    int rc = tmp && final ? write_files(tmp, snap, sync) : (tmp ? llmt_fail(LLMT_ENOMEM, "out of memory") : LLMT_EIO);
+    struct stat st;
+    if (!rc && stat(final, &st) == 0) { /* the same step again: move the old one aside */
+        old = fresh_dir(dir, name, "old");
+        if (!old || rename(final, old) != 0)
+            rc = old ? llmt_fail(LLMT_EIO, "%s: cannot move aside: %s", final, strerror(errno)) : LLMT_EIO;
+    }
+    if (!rc && rename(tmp, final) != 0) {
+        rc = llmt_fail(LLMT_EIO, "%s: cannot rename into place: %s", final, strerror(errno));
+        if (old)
+            rename(old, final); /* put the previous one back */
+    }
+    if (!rc && sync)
+        rc = llmt_sync_dir(dir);
+    if (rc) {
+        char why[1024];
+        llmt_fail_prefix(rc, "checkpoint %s", name);
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        if (tmp)
+            llmt_remove_tree(tmp); /* may fail in turn: the first error is the one to tell */
+        llmt_fail(rc, "%s", why);
+    } else {
+        if (old)
+            llmt_remove_tree(old);
+        rc = rotate(s, tier, step);
+    }
+    free(tmp);
+    free(final);
+    free(old);
+    return rc;
+}

@@ -1,0 +1,428 @@
+/* llmt_ckpt_store: opening, listing, verifying and choosing checkpoints, and
+ * running saves (synchronously or on the store's thread). */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/fsutil.h"
+#include "ckpt/store_internal.h"
+#include "core/error.h"
+
+static const char *const tier_names[2] = {"durable", "fast"};
+
+void llmt_ckpt_store_config_init(llmt_ckpt_store_config *cfg)
+{
+    if (cfg) {
+        const llmt_ckpt_store_config defaults = LLMT_CKPT_STORE_CONFIG_INIT;
+        *cfg = defaults;
+    }
+}
+
+void llmt_ckpt_dirname(char *buf, size_t cap, int64_t step)
+{
+    snprintf(buf, cap, "step-%08lld", (long long)step);
+}
+
+char *llmt_ckpt_file(const llmt_ckpt_store *s, int tier, int64_t step, const char *name)
+{
+    char dir[64];
+    llmt_ckpt_dirname(dir, sizeof dir, step);
+    size_t n = strlen(s->dir[tier]) + strlen(dir) + (name ? strlen(name) : 0) + 3;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s%s%s", s->dir[tier], dir, name ? "/" : "", name ? name : "");
+    return p;
+}
+
+/* The step of a committed checkpoint's directory name, or -1. */
+static int64_t step_of(const char *name)
+{
+    if (strncmp(name, "step-", 5) != 0 || !name[5] || strspn(name + 5, "0123456789") != strlen(name + 5) ||
+        strlen(name + 5) > 18)
+        return -1;
+    return strtoll(name + 5, NULL, 10);
+}
+
+/* Finishes what interrupted saves left in dir: temporary directories are
+ * removed; a checkpoint moved aside to be replaced is put back when its
+ * replacement never arrived, else removed. */
+static int clean_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return llmt_fail(LLMT_EIO, "%s: cannot open: %s", dir, strerror(errno));
+    int rc = LLMT_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) && !rc) {
+        const char *tmp = strstr(e->d_name, ".tmp-"), *old = strstr(e->d_name, ".old-");
+        if (strncmp(e->d_name, "step-", 5) != 0 || (!tmp && !old))
+            continue;
+        size_t n = strlen(dir) + strlen(e->d_name) + 2;
+        char *path = malloc(n), *final = malloc(n);
+        if (!path || !final) {
+            free(path);
+            free(final);
+            rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory", dir);
+            break;
+        }
+        snprintf(path, n, "%s/%s", dir, e->d_name);
+        snprintf(final, n, "%s/%.*s", dir, (int)((tmp ? tmp : old) - e->d_name), e->d_name);
+        struct stat st;
+        if (old && stat(final, &st) != 0)
+            rc = rename(path, final) == 0 ? LLMT_OK
+                                          : llmt_fail(LLMT_EIO, "%s: cannot restore: %s", path,
+                                                      strerror(errno));
+        else
+            rc = llmt_remove_tree(path);
+        free(path);
+        free(final);
+    }
+    closedir(d);
+    return rc;
+}
+
+int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *dir,
+                         const llmt_ckpt_store_config *cfg)
+{
+    const char *fn = "llmt_ckpt_store_open";
+    if (!out)
+        return llmt_fail(LLMT_EINVAL, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!ctx || !dir || !cfg)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !ctx ? "ctx" : !dir ? "dir" : "cfg");
+    if (cfg->version != LLMT_CKPT_STORE_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
+                         cfg->version, LLMT_CKPT_STORE_CONFIG_VERSION);
+    if (cfg->keep < 1 || cfg->fast_keep < 1 || (cfg->sync != 0 && cfg->sync != 1))
+        return llmt_fail(LLMT_EINVAL, "%s: keep = %d, fast_keep = %d, sync = %d (keeps must be "
+                         ">= 1, sync 0 or 1)", fn, cfg->keep, cfg->fast_keep, cfg->sync);
+    if (!dir[0] || (cfg->fast_dir && !cfg->fast_dir[0]))
+        return llmt_fail(LLMT_EINVAL, "%s: an empty directory name", fn);
+    llmt_ckpt_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
+    s->ctx = ctx;
+    s->dir[LLMT_CKPT_DURABLE] = strdup(dir);
+    s->dir[LLMT_CKPT_FAST] = cfg->fast_dir ? strdup(cfg->fast_dir) : NULL;
+    s->keep[LLMT_CKPT_DURABLE] = cfg->keep;
+    s->keep[LLMT_CKPT_FAST] = cfg->fast_keep;
+    s->sync[LLMT_CKPT_DURABLE] = cfg->sync;
+    s->sync[LLMT_CKPT_FAST] = 0; /* tmpfs: nothing to sync to */
+    int rc = s->dir[0] && (!cfg->fast_dir || s->dir[1]) ? LLMT_OK
+                                                        : llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
+    for (int t = 0; t < 2 && !rc; t++)
+        if (s->dir[t] && !(rc = llmt_mkdirs(s->dir[t])))
+            rc = clean_dir(s->dir[t]);
+    if (rc) {
+        llmt_ckpt_store_free(s);
+        return rc;
+    }
+    *out = s;
+    return LLMT_OK;
+}
+
+void llmt_ckpt_store_free(llmt_ckpt_store *s)
+{
+    if (!s)
+        return;
+    llmt_ckpt_join(s);
+    llmt_buf_free(s->ctx, &s->staging);
+    free(s->dir[0]);
+    free(s->dir[1]);
+    free(s);
+}
+
+/* ---- saving */
+
+/* The save thread: writes and commits the job, keeping its status and message. */
+static void *save_thread(void *arg)
+{
+    llmt_ckpt_store *s = arg;
+    s->async_rc = llmt_ckpt_commit(s, &s->job);
+    snprintf(s->async_error, sizeof s->async_error, "%s", s->async_rc ? llmt_error_last() : "");
+    llmt_ckpt_snapshot_free(&s->job);
+    return NULL;
+}
+
+int llmt_ckpt_join(llmt_ckpt_store *s)
+{
+    if (s->in_flight) {
+        pthread_join(s->thread, NULL);
+        s->in_flight = 0;
+    }
+    int rc = s->async_rc;
+    s->async_rc = LLMT_OK;
+    if (rc)
+        llmt_fail(rc, "the previous async save failed: %s", s->async_error);
+    return rc;
+}
+
+int llmt_ckpt_wait(llmt_ckpt_store *s)
+{
+    if (!s)
+        return llmt_fail(LLMT_EINVAL, "llmt_ckpt_wait: store is NULL");
+    return llmt_ckpt_join(s);
+}
+
+static int check_save(llmt_ckpt_store *s, const llmt_train_state *st, int32_t tier, const char *fn)
+{
+    if (!s || !st)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, s ? "state" : "store");
+    if (st->version != LLMT_TRAIN_STATE_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: state->version = %u, this library knows %u", fn,
+                         st->version, LLMT_TRAIN_STATE_VERSION);
+    if (!st->model)
+        return llmt_fail(LLMT_EINVAL, "%s: state->model is NULL", fn);
+    if (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST)
+        return llmt_fail(LLMT_EINVAL, "%s: tier = %d is not a tier", fn, tier);
+    if (!s->dir[tier])
+        return llmt_fail(LLMT_EINVAL, "%s: the store has no fast tier (cfg->fast_dir)", fn);
+    if (st->step < 0 || st->tokens_seen < 0 || (st->user_blob_size && !st->user_blob))
+        return llmt_fail(LLMT_EINVAL, "%s: step = %lld, tokens_seen = %lld, user_blob %s", fn,
+                         (long long)st->step, (long long)st->tokens_seen,
+                         st->user_blob ? "given" : "NULL");
+    return LLMT_OK;
+}
+
+int llmt_ckpt_save(llmt_ckpt_store *s, const llmt_train_state *state, int32_t tier)
+{
+    int rc = check_save(s, state, tier, "llmt_ckpt_save");
+    if (!rc)
+        rc = llmt_ckpt_join(s);
+    if (rc)
+        return rc;
+    ckpt_snapshot snap;
+    rc = llmt_ckpt_snapshot(s, state, tier, 0, &snap);
+    if (!rc)
+        rc = llmt_ckpt_commit(s, &snap);
+    llmt_ckpt_snapshot_free(&snap);
+    return rc;
+}
+
+int llmt_ckpt_save_async(llmt_ckpt_store *s, const llmt_train_state *state, int32_t tier)
+{
+    int rc = check_save(s, state, tier, "llmt_ckpt_save_async");
+    if (!rc)
+        rc = llmt_ckpt_join(s);
+    if (!rc)
+        rc = llmt_ckpt_snapshot(s, state, tier, 1, &s->job);
+    if (rc)
+        return rc;
+    if (pthread_create(&s->thread, NULL, save_thread, s) != 0) {
+        llmt_ckpt_snapshot_free(&s->job);
+        return llmt_fail(LLMT_ENOMEM, "llmt_ckpt_save_async: cannot start the save thread");
+    }
+    s->in_flight = 1;
+    return LLMT_OK;
+}
+
+/* ---- listing and verifying */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *n)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(s->dir[tier]);
+    if (!d)
+        return llmt_fail(LLMT_EIO, "%s: cannot open: %s", s->dir[tier], strerror(errno));
+    size_t cap = 0;
+    int rc = LLMT_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step = step_of(e->d_name);
+        if (step < 0)
+            continue;
+        if (*n == cap) {
+            int64_t *grown = realloc(*steps, (cap = cap ? 2 * cap : 16) * sizeof **steps);
+            if (!grown) {
+                rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory", s->dir[tier]);
+                break;
+            }
+            *steps = grown;
+        }
+        (*steps)[(*n)++] = step;
+    }
+    closedir(d);
+    if (rc) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+    } else if (*n) {
+        qsort(*steps, *n, sizeof **steps, cmp_i64);
+    }
+    return rc;
+}
+
+int llmt_ckpt_list(llmt_ckpt_store *s, int32_t tier, int64_t *steps, size_t cap, size_t *count)
+{
+    const char *fn = "llmt_ckpt_list";
+    if (!s || !count || (cap && !steps))
+        return llmt_fail(LLMT_EINVAL, "%s: a required argument is NULL", fn);
+    if ((tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST) || !s->dir[tier])
+        return llmt_fail(LLMT_EINVAL, "%s: tier = %d is not a tier of this store", fn, tier);
+    int rc = llmt_ckpt_join(s);
+    int64_t *all = NULL;
+    size_t n = 0;
+    if (!rc)
+        rc = llmt_ckpt_scan(s, tier, &all, &n);
+    if (rc)
+        return rc;
+    *count = n;
+    if (cap) {
+        if (cap < n) {
+            free(all);
+            return llmt_fail(LLMT_EINVAL, "%s: cap = %zu, %zu checkpoints", fn, cap, n);
+        }
+        memcpy(steps, all, n * sizeof *steps);
+    }
+    free(all);
+    return LLMT_OK;
+}
+
+int llmt_ckpt_read_manifest(const llmt_ckpt_store *s, int64_t step, int tier, llmt_manifest *m)
+{
+    memset(m, 0, sizeof *m); /* clearable even when the file cannot be read */
+    char name[64];
+    llmt_ckpt_dirname(name, sizeof name, step);
+    char *path = llmt_ckpt_file(s, tier, step, CKPT_MANIFEST_FILE);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = path ? llmt_read_file(path, LLMT_MANIFEST_MAX_BYTES, &text, &len)
+                  : llmt_fail(LLMT_ENOMEM, "out of memory");
+    if (!rc)
+        rc = llmt_manifest_parse(text, len, m);
+    if (!rc && m->step != step)
+        rc = llmt_fail(LLMT_ECORRUPT, "manifest says step %lld", (long long)m->step);
+    if (rc) { /* a checkpoint without a readable manifest is damaged */
+        rc = rc == LLMT_EIO ? LLMT_ECORRUPT : rc;
+        llmt_manifest_clear(m);
+        llmt_fail_prefix(rc, "checkpoint %s (%s): file %s", name, tier_names[tier], CKPT_MANIFEST_FILE);
+    }
+    free(path);
+    free(text);
+    return rc;
+}
+
+/* Verifies a checkpoint (files, sizes, checksums, nothing extra). */
+static int verify(const llmt_ckpt_store *s, int64_t step, int tier)
+{
+    llmt_manifest m;
+    int rc = llmt_ckpt_read_manifest(s, step, tier, &m);
+    if (rc)
+        return rc;
+    char name[64];
+    llmt_ckpt_dirname(name, sizeof name, step);
+    if (!llmt_manifest_find(&m, CKPT_MODEL_FILE))
+        rc = llmt_fail(LLMT_ECORRUPT, "checkpoint %s (%s): file %s: not listed in the manifest",
+                       name, tier_names[tier], CKPT_MODEL_FILE);
+    for (int i = 0; i < m.n_files && !rc; i++) {
+        char *path = llmt_ckpt_file(s, tier, step, m.files[i].name);
+        uint64_t size = 0, xxh3 = 0;
+        rc = path ? llmt_hash_file(path, &size, &xxh3) : llmt_fail(LLMT_ENOMEM, "out of memory");
+        if (!rc && size != m.files[i].bytes)
+            rc = llmt_fail(LLMT_ECORRUPT, "size %llu, the manifest says %llu",
+                           (unsigned long long)size, (unsigned long long)m.files[i].bytes);
+        else if (!rc && xxh3 != m.files[i].xxh3)
+            rc = llmt_fail(LLMT_ECORRUPT, "checksum mismatch (XXH3-64 %016" PRIx64
+                           ", the manifest says %016" PRIx64 ")", xxh3, m.files[i].xxh3);
+        if (rc) { /* a missing or unreadable file is damage too */
+            rc = rc == LLMT_EIO ? LLMT_ECORRUPT : rc;
+            llmt_fail_prefix(rc, "checkpoint %s (%s): file %s", name, tier_names[tier],
+                             m.files[i].name);
+        }
+        free(path);
+    }
+    /* Nothing but the listed files and the manifest may be present. */
+    char *dir = rc ? NULL : llmt_ckpt_file(s, tier, step, NULL);
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (d && !rc && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            strcmp(e->d_name, CKPT_MANIFEST_FILE) && !llmt_manifest_find(&m, e->d_name))
+            rc = llmt_fail(LLMT_ECORRUPT, "checkpoint %s (%s): file %s: not listed in the manifest",
+                           name, tier_names[tier], e->d_name);
+    if (d)
+        closedir(d);
+    free(dir);
+    llmt_manifest_clear(&m);
+    return rc;
+}
+
+int llmt_ckpt_verify(llmt_ckpt_store *s, int64_t step, int32_t tier)
+{
+    if (!s || (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST) || !s->dir[tier] || step < 0)
+        return llmt_fail(LLMT_EINVAL, "llmt_ckpt_verify: %s", !s ? "store is NULL"
+                                                                 : "no such tier or a negative step");
+    int rc = llmt_ckpt_join(s);
+    return rc ? rc : verify(s, step, tier);
+}
+
+int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *notes,
+                     size_t notes_cap)
+{
+    const char *fn = "llmt_ckpt_latest";
+    if (!s || !step || !tier)
+        return llmt_fail(LLMT_EINVAL, "%s: a required argument is NULL", fn);
+    if (notes && notes_cap)
+        notes[0] = '\0';
+    int rc = llmt_ckpt_join(s);
+    if (rc)
+        return rc;
+    int64_t *steps[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    for (int t = 0; t < 2 && !rc; t++)
+        if (s->dir[t])
+            rc = llmt_ckpt_scan(s, t, &steps[t], &n[t]);
+    /* Newest first; at equal steps the durable tier first. */
+    size_t i[2] = {n[0], n[1]};
+    while (!rc && (i[0] || i[1])) {
+        int t = !i[0] ? 1 : !i[1] ? 0 : steps[1][i[1] - 1] > steps[0][i[0] - 1] ? 1 : 0;
+        int64_t cand = steps[t][--i[t]];
+        if (verify(s, cand, t) == LLMT_OK) {
+            *step = cand;
+            *tier = t;
+            free(steps[0]);
+            free(steps[1]);
+            return LLMT_OK;
+        }
+        if (notes && notes_cap) {
+            size_t used = strlen(notes);
+            snprintf(notes + used, notes_cap - used, "%s\n", llmt_error_last());
+        }
+    }
+    free(steps[0]);
+    free(steps[1]);
+    return rc ? rc : llmt_fail(LLMT_ENOTFOUND, "%s: no checkpoint in %s%s%s verifies", fn,
+                               s->dir[0], s->dir[1] ? " or " : "", s->dir[1] ? s->dir[1] : "");
+}
+
+int llmt_ckpt_path(const llmt_ckpt_store *s, int64_t step, int32_t tier, char *out, size_t cap,
+                   size_t *needed)
+{
+    if (!s || (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST) || !s->dir[tier] ||
+        (cap && !out))
+        return llmt_fail(LLMT_EINVAL, "llmt_ckpt_path: bad argument");
+    char *p = llmt_ckpt_file(s, tier, step, NULL);
+    if (!p)
+        return llmt_fail(LLMT_ENOMEM, "llmt_ckpt_path: out of memory");
+    size_t n = strlen(p) + 1;
+    if (needed)
+        *needed = n;
+    int rc = LLMT_OK;
+    if (cap && cap < n)
+        rc = llmt_fail(LLMT_EINVAL, "llmt_ckpt_path: cap = %zu, %zu needed", cap, n);
+    else if (cap)
+        memcpy(out, p, n);
+    free(p);
+    return rc;
+}

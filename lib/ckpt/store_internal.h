@@ -1,0 +1,76 @@
+/* Internals of the checkpoint store, shared by its files. */
+#ifndef LLMT_CKPT_STORE_INTERNAL_H
+#define LLMT_CKPT_STORE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "ckpt/manifest.h"
+#include "ckpt/safetensors.h"
+#include "core/buffer.h"
+#include "llmt/checkpoint.h"
+
+#define CKPT_MODEL_FILE "model.safetensors"
+#define CKPT_OPTIMIZER_FILE "optimizer.safetensors"
+#define CKPT_USER_FILE "user.bin"
+#define CKPT_MANIFEST_FILE "MANIFEST"
+
+/* Everything one save writes, gathered on the caller's thread: the
+ * manifest (files filled in while writing), the tensors (pointing into the
+ * objects, or into the staging buffer for an async save) and the user blob. */
+typedef struct ckpt_snapshot {
+    llmt_manifest manifest;
+    int tier;
+    llmt_st_write_tensor *model_tensors, *opt_tensors;
+    size_t n_model, n_opt;
+    char *names; /* storage of every tensor name */
+    char *model_meta_config; /* llmt.model_config metadata (JSON) */
+    const void *user;
+    size_t user_size;
+    /* For backends whose memory is not host memory (sync save only). */
+    const struct llmt_model *model;
+    const struct llmt_optimizer *optimizer;
+} ckpt_snapshot;
+
+struct llmt_ckpt_store {
+    llmt_context *ctx;
+    char *dir[2];
+    int keep[2];
+    int sync[2];
+
+    /* The async save: at most one in flight. */
+    pthread_t thread;
+    int in_flight;
+    int async_rc;          /* status of a finished async save, not yet reported */
+    char async_error[1024]; /* its message (messages are per thread) */
+    llmt_buf staging;      /* STAGING copy of the state, kept for the next save */
+    ckpt_snapshot job;
+};
+
+/* Gathers state into snap. With staging, copies the tensors and user blob
+ * into store->staging (allocated or grown as needed) first. */
+int llmt_ckpt_snapshot(llmt_ckpt_store *s, const llmt_train_state *state, int tier, int staging,
+                       ckpt_snapshot *snap);
+void llmt_ckpt_snapshot_free(ckpt_snapshot *snap);
+
+/* Writes snap into tier's directory and commits it, then rotates. */
+int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap);
+
+/* "step-NNNNNNNN" of step into buf. */
+void llmt_ckpt_dirname(char *buf, size_t cap, int64_t step);
+
+/* The path of file name (NULL: the directory) of checkpoint step of tier,
+ * malloc'ed. */
+char *llmt_ckpt_file(const llmt_ckpt_store *s, int tier, int64_t step, const char *name);
+
+/* Reads and parses the manifest of checkpoint step of tier (its checksum
+ * included); messages name the checkpoint. */
+int llmt_ckpt_read_manifest(const llmt_ckpt_store *s, int64_t step, int tier, llmt_manifest *m);
+
+/* The committed steps of a tier, ascending, malloc'ed (NULL when none). */
+int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *n);
+
+/* Joins an async save in flight; returns and clears its status, re-raising
+ * its message on this thread. */
+int llmt_ckpt_join(llmt_ckpt_store *s);
+
+#endif

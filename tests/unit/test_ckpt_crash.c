@@ -1,0 +1,164 @@
+/* Crash during save: the harness (tests/tools/ckpt_harness.c) trains and
+ * saves continually while this test kills it with SIGKILL at random
+ * instants; each time a fresh process resumes from the newest valid
+ * checkpoint. After at least 30 kills (several of them inside a save, as the
+ * temporary directories they leave show) the harness is let finish, and its
+ * final state must be byte-identical to an uninterrupted run's. */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "llmt/llmt.h"
+#include "test_rand.h"
+#include "train_fixture.h"
+
+enum { TOTAL = 240, MIN_KILLS = 30, MIN_IN_SAVE = 3, MAX_KILLS = 300 };
+
+static char root[64];
+
+static pid_t spawn(const char *harness, const char *store, const char *fast, const char *out)
+{
+    char data[128], total[16];
+    snprintf(data, sizeof data, "%s/data", root);
+    snprintf(total, sizeof total, "%d", TOTAL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(harness, harness, data, store, fast, total, out, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Temporary directories an interrupted save left, in both tiers. */
+static int leftovers(const char *store, const char *fast)
+{
+    int n = 0;
+    const char *dirs[2] = {store, fast};
+    for (int i = 0; i < 2; i++) {
+        DIR *d = opendir(dirs[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            n += strstr(e->d_name, ".tmp-") != NULL;
+        if (d)
+            closedir(d);
+    }
+    return n;
+}
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*len);
+    if (fread(b, 1, *len, f) != *len) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    return b;
+}
+
+static int run_to_end(const char *harness, const char *store, const char *fast, const char *out)
+{
+    int status = 0;
+    waitpid(spawn(harness, store, fast, out), &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_kill_and_resume(void **state)
+{
+    (void)state;
+    const char *harness = getenv("LLMT_CKPT_HARNESS");
+    assert_non_null(harness);
+    snprintf(root, sizeof root, "/tmp/llmt-crash-XXXXXX");
+    assert_non_null(mkdtemp(root));
+    char data[128], ref_store[128], ref_fast[128], store[128], fast[128], ref_out[128], out[128];
+    snprintf(data, sizeof data, "%s/data", root);
+    snprintf(ref_store, sizeof ref_store, "%s/ref", root);
+    snprintf(ref_fast, sizeof ref_fast, "%s/ref-fast", root);
+    snprintf(store, sizeof store, "%s/run", root);
+    snprintf(fast, sizeof fast, "%s/run-fast", root);
+    snprintf(ref_out, sizeof ref_out, "%s/ref.bin", root);
+    snprintf(out, sizeof out, "%s/run.bin", root);
+    mkdir(data, 0755);
+    fixture_write_shards(data);
+
+    /* The uninterrupted run. */
+    assert_int_equal(run_to_end(harness, ref_store, ref_fast, ref_out), 0);
+
+    /* The killed runs. */
+    uint64_t rnd = (uint64_t)time(NULL);
+    int kills = 0, in_save = 0, finished = 0;
+    struct stat st;
+    while ((kills < MIN_KILLS || in_save < MIN_IN_SAVE) && kills < MAX_KILLS) {
+        pid_t pid = spawn(harness, store, fast, out);
+        struct timespec delay = {0, (long)(2000000 + trand_u64(&rnd) % 40000000)}; /* 2-42 ms */
+        nanosleep(&delay, NULL);
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (WIFEXITED(status)) { /* it finished before the kill: start over */
+            assert_int_equal(WEXITSTATUS(status), 0);
+            finished++;
+            char cmd[512];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", store, fast, out);
+            assert_int_equal(system(cmd), 0);
+            continue;
+        }
+        kills++;
+        in_save += leftovers(store, fast) > 0;
+    }
+    print_message("%d kills, %d inside a save (temporary directory left), %d runs finished early\n",
+                  kills, in_save, finished);
+    assert_true(kills >= MIN_KILLS);
+    assert_true(in_save >= MIN_IN_SAVE);
+    assert_int_equal(stat(out, &st), -1); /* the killed runs never finished */
+
+    /* The kills left progress behind: a verified checkpoint well into the run. */
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    llmt_context *ctx = NULL;
+    llmt_ckpt_store *cs = NULL;
+    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+    sc.fast_dir = fast;
+    assert_int_equal(llmt_context_create(&ctx, &cc), LLMT_OK);
+    assert_int_equal(llmt_ckpt_store_open(&cs, ctx, store, &sc), LLMT_OK);
+    int64_t resumed_from = -1;
+    int32_t tier = -1;
+    assert_int_equal(llmt_ckpt_latest(cs, &resumed_from, &tier, NULL, 0), LLMT_OK);
+    print_message("the last run resumes from step %lld of %d (%s tier)\n", (long long)resumed_from,
+                  TOTAL, tier ? "fast" : "durable");
+    assert_true(resumed_from >= TOTAL / 10 && resumed_from < TOTAL);
+    llmt_ckpt_store_free(cs);
+    llmt_context_free(ctx);
+
+    /* Let it finish: resuming from whatever the kills left. */
+    assert_int_equal(run_to_end(harness, store, fast, out), 0);
+    size_t la = 0, lb = 0;
+    unsigned char *a = slurp(ref_out, &la), *b = slurp(out, &lb);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(la, lb);
+    assert_memory_equal(a, b, la);
+    free(a);
+    free(b);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill_and_resume)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
