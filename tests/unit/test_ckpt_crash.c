@@ -94,8 +94,13 @@ static void test_kill_and_resume(void **state)
     mkdir(data, 0755);
     fixture_write_shards(data);
 
-    /* The uninterrupted run. */
+    /* The uninterrupted run; its duration scales the kill delays, so that a
+     * slow build (sanitizers) progresses between kills as a fast one does. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(run_to_end(harness, ref_store, ref_fast, ref_out), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t run_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
 
     /* The killed runs. */
     uint64_t rnd = (uint64_t)time(NULL);
@@ -103,7 +108,9 @@ static void test_kill_and_resume(void **state)
     struct stat st;
     while ((kills < MIN_KILLS || in_save < MIN_IN_SAVE) && kills < MAX_KILLS) {
         pid_t pid = spawn(harness, store, fast, out);
-        struct timespec delay = {0, (long)(2000000 + trand_u64(&rnd) % 40000000)}; /* 2-42 ms */
+        /* Between 1/30 and 1/10 of an uninterrupted run. */
+        int64_t ns = run_ns / 30 + (int64_t)(trand_u64(&rnd) % (uint64_t)(run_ns / 15));
+        struct timespec delay = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
         nanosleep(&delay, NULL);
         kill(pid, SIGKILL);
         int status = 0;
