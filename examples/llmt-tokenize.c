@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +25,6 @@
 #include <llmt/llmt.h>
 
 #define PROG "llmt-tokenize"
-#define READ_CHUNK ((size_t)1 << 16)
 
 static void usage(FILE *f)
 {
@@ -44,7 +42,6 @@ static void usage(FILE *f)
 
 typedef struct inputs {
     char **paths;
-    uint64_t *sizes;
     size_t n, cap;
 } inputs;
 
@@ -53,21 +50,18 @@ static int add_input(inputs *in, const char *path)
     if (in->n == in->cap) {
         size_t cap = in->cap ? 2 * in->cap : 16;
         char **p = realloc(in->paths, cap * sizeof *p);
-        if (p)
-            in->paths = p;
-        uint64_t *s = p ? realloc(in->sizes, cap * sizeof *s) : NULL;
-        if (!s) {
+        if (!p) {
             fprintf(stderr, PROG ": out of memory\n");
             return -1;
         }
-        in->sizes = s;
+        in->paths = p;
         in->cap = cap;
     }
     if (!(in->paths[in->n] = strdup(path))) {
         fprintf(stderr, PROG ": out of memory\n");
         return -1;
     }
-    in->sizes[in->n++] = 0;
+    in->n++;
     return 0;
 }
 
@@ -131,50 +125,20 @@ static int add_directory(inputs *in, const char *d)
 
 /* ---- Output ---- */
 
-typedef struct writer {
-    const char *dir, *prefix;
-    int32_t *buf;
-    size_t len, cap;
-    const char *split;     /* "train" or "val" */
-    unsigned shard;        /* index of the next shard of this split */
-    unsigned shards[2];    /* shards written per split */
-    uint64_t tokens[2];    /* tokens written per split */
-} writer;
-
-static void shard_path(const writer *w, const char *split, unsigned index, char *out, size_t n)
+/* Prints the shards of one split: all full but the last. */
+static void report_split(const char *dir, const char *prefix, const char *split, uint32_t shards,
+                         uint64_t tokens, uint64_t shard_tokens)
 {
-    snprintf(out, n, "%s/%s_%s_%06u.bin", w->dir, w->prefix, split, index);
-}
-
-static int flush(writer *w)
-{
-    if (!w->len)
-        return 0;
+    for (uint32_t i = 0; i < shards; i++)
+        printf("wrote %s/%s_%s_%06u.bin: %" PRIu64 " tokens\n", dir, prefix, split, i,
+               i + 1 < shards ? shard_tokens : tokens - (uint64_t)i * shard_tokens);
     char path[4096];
-    shard_path(w, w->split, w->shard, path, sizeof path);
-    if (llmt_shard_write(path, w->buf, w->len, LLMT_SHARD_VERSION_U16) != LLMT_OK) {
-        fprintf(stderr, PROG ": %s\n", llmt_error_last());
-        return -1;
-    }
-    int val = strcmp(w->split, "val") == 0;
-    printf("wrote %s: %zu tokens\n", path, w->len);
-    w->shards[val]++;
-    w->tokens[val] += w->len;
-    w->shard++;
-    w->len = 0;
-    return 0;
-}
-
-/* Warns about a shard of an earlier run that would follow the last one written. */
-static void warn_stale(const writer *w, const char *split, unsigned next)
-{
-    char path[4096];
-    shard_path(w, split, next, path, sizeof path);
-    if (access(path, F_OK) == 0)
+    snprintf(path, sizeof path, "%s/%s_%s_%06u.bin", dir, prefix, split, shards);
+    if (access(path, F_OK) == 0) /* a shard of an earlier run would follow the last one */
         fprintf(stderr,
                 PROG ": warning: %s is left from an earlier run and is not part of this "
                      "output; remove it before loading %s/%s_%s_*.bin\n",
-                path, w->dir, w->prefix, split);
+                path, dir, prefix, split);
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -196,9 +160,6 @@ int main(int argc, char **argv)
     uint64_t shard_tokens = 10000000;
     double val_fraction = 0;
     inputs in = {0}, files = {0};
-    writer w = {0};
-    unsigned char *bytes = NULL;
-    int32_t *tok = NULL;
     int status = 1, only_files = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -286,7 +247,6 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    uint64_t total = 0, total_bytes = 0;
     size_t kept = 0;
     for (size_t i = 0; i < files.n; i++) {
         int fd = open(files.paths[i], O_RDONLY);
@@ -301,110 +261,33 @@ int main(int argc, char **argv)
             free(files.paths[i]);
             continue;
         }
-        files.paths[kept] = files.paths[i];
-        files.sizes[kept++] = (uint64_t)st.st_size;
-        total_bytes += (uint64_t)st.st_size;
-        total += (uint64_t)st.st_size + 1;
+        files.paths[kept++] = files.paths[i];
     }
     files.n = kept;
     if (!kept) {
         fprintf(stderr, PROG ": no readable input\n");
         goto out;
     }
-    uint64_t n_val = val_fraction > 0 ? (uint64_t)ceil(val_fraction * (double)total) : 0;
-    if (n_val > total)
-        n_val = total;
-    uint64_t n_train = total - n_val;
-    if (!n_train) {
-        fprintf(stderr, PROG ": --val-fraction %g of %" PRIu64 " tokens leaves none to train on\n",
-                val_fraction, total);
+    llmt_tokenize_report r = LLMT_TOKENIZE_REPORT_INIT;
+    if (llmt_byte_tokenize_files((const char *const *)files.paths, files.n, out_dir, prefix,
+                                 shard_tokens, val_fraction, &r) != LLMT_OK) {
+        fprintf(stderr, PROG ": %s\n", llmt_error_last());
         goto out;
     }
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, PROG ": cannot create %s: %s\n", out_dir, strerror(errno));
-        goto out;
-    }
-
-    w = (writer){.dir = out_dir, .prefix = prefix, .split = "train", .cap = (size_t)shard_tokens};
-    bytes = malloc(READ_CHUNK);
-    tok = malloc(READ_CHUNK * sizeof *tok);
-    w.buf = malloc(w.cap * sizeof *w.buf);
-    if (!bytes || !tok || !w.buf) {
-        fprintf(stderr, PROG ": out of memory for %zu-token shards\n", w.cap);
-        goto out;
-    }
-    uint64_t emitted = 0;
-    for (size_t i = 0; i < files.n; i++) {
-        FILE *f = fopen(files.paths[i], "rb");
-        if (!f) {
-            fprintf(stderr, PROG ": %s: %s\n", files.paths[i], strerror(errno));
-            goto out;
-        }
-        uint64_t got = 0;
-        int failed = 0;
-        for (;;) {
-            size_t n = fread(bytes, 1, READ_CHUNK, f);
-            /* The document's tokens, then EOT once the file has ended. */
-            size_t n_tok = 0;
-            if (n && llmt_byte_encode(bytes, n, tok, READ_CHUNK, &n_tok) != LLMT_OK) {
-                fprintf(stderr, PROG ": %s\n", llmt_error_last());
-                failed = 1;
-                break;
-            }
-            got += n;
-            int end = n < READ_CHUNK;
-            if (end) {
-                if (ferror(f)) {
-                    fprintf(stderr, PROG ": reading %s failed\n", files.paths[i]);
-                    failed = 1;
-                    break;
-                }
-                if (got != files.sizes[i]) {
-                    fprintf(stderr, PROG ": %s changed while being read (%" PRIu64
-                            " bytes, then %" PRIu64 ")\n",
-                            files.paths[i], files.sizes[i], got);
-                    failed = 1;
-                    break;
-                }
-                tok[n_tok++] = LLMT_TOKEN_EOT;
-            }
-            for (size_t k = 0; k < n_tok && !failed; k++) {
-                w.buf[w.len++] = tok[k];
-                int boundary = ++emitted == n_train;
-                if (w.len == w.cap || boundary)
-                    failed = flush(&w);
-                if (boundary) {
-                    w.split = "val";
-                    w.shard = 0;
-                }
-            }
-            if (end || failed)
-                break;
-        }
-        fclose(f);
-        if (failed)
-            goto out;
-    }
-    if (flush(&w))
-        goto out;
-    warn_stale(&w, "train", w.shards[0]);
-    warn_stale(&w, "val", w.shards[1]);
+    report_split(out_dir, prefix, "train", r.train_shards, r.train_tokens, shard_tokens);
+    report_split(out_dir, prefix, "val", r.val_shards, r.val_tokens, shard_tokens);
     printf("%zu files, %" PRIu64 " bytes, %" PRIu64 " tokens: train %" PRIu64
            " tokens in %u shards, val %" PRIu64 " tokens in %u shards\n",
-           files.n, total_bytes, total, w.tokens[0], w.shards[0], w.tokens[1], w.shards[1]);
+           files.n, r.bytes, r.train_tokens + r.val_tokens, r.train_tokens, r.train_shards,
+           r.val_tokens, r.val_shards);
     status = 0;
 
 out:
-    free(bytes);
-    free(tok);
-    free(w.buf);
     for (size_t i = 0; i < files.n; i++)
         free(files.paths[i]);
     free(files.paths);
-    free(files.sizes);
     for (size_t i = 0; i < in.n; i++)
         free(in.paths[i]);
     free(in.paths);
-    free(in.sizes);
     return status;
 }

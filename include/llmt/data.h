@@ -67,6 +67,26 @@ LLMT_API int llmt_byte_decode(const int32_t *tokens, size_t n, void *bytes, size
 
 typedef struct llmt_loader llmt_loader;
 
+#define LLMT_TOKENIZE_REPORT_VERSION 1
+
+/* What llmt_byte_tokenize_files wrote. */
+typedef struct llmt_tokenize_report {
+    uint32_t version;        /* set by the caller: LLMT_TOKENIZE_REPORT_VERSION */
+    uint64_t files, bytes;   /* inputs read */
+    uint64_t train_tokens, val_tokens;
+    uint32_t train_shards, val_shards;
+} llmt_tokenize_report;
+
+#define LLMT_TOKENIZE_REPORT_INIT {LLMT_TOKENIZE_REPORT_VERSION, 0, 0, 0, 0, 0, 0}
+
+/* Encodes text files with the byte tokenizer, each file a document followed
+ * by EOT, and writes the stream as version-1 shards of at most shard_tokens
+ * tokens: out_dir/<prefix>_train_NNNNNN.bin, and the last val_fraction
+ * (ceil, EOTs counted) as out_dir/<prefix>_val_NNNNNN.bin. out_dir is
+ * created if missing (one level). report may be NULL. Errors: LLMT_EINVAL,
+ * LLMT_EIO naming the file (unreadable, or changed while read). */
+LLMT_API int llmt_byte_tokenize_files(const char *const *paths, size_t n, const char *out_dir, const char *prefix, uint64_t shard_tokens, double val_fraction, llmt_tokenize_report *report);
+
 #define LLMT_LOADER_CONFIG_VERSION 1
 
 typedef struct llmt_loader_config {

@@ -26,6 +26,7 @@
 #include "llmt/slicer.h"
 #include "llmt/plan.h"
 #include "llmt/config.h"
+#include "llmt/trainer.h"
 #include "llmt/data.h"
 #include "llmt/checkpoint.h"
 

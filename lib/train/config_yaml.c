@@ -526,7 +526,7 @@ static void emit_value(out_buf *o, const llmt_train_config *cfg, const field *f)
     case K_I64: emit(o, "%lld", (long long)*(const int64_t *)src); break;
     case K_U64:
     case K_BYTES: emit(o, "%llu", (unsigned long long)*(const uint64_t *)src); break;
-    case K_F32: llmt_format_double(num, *(const float *)src); emit(o, "%s", num); break;
+    case K_F32: llmt_format_float(num, *(const float *)src); emit(o, "%s", num); break;
     case K_F64: llmt_format_double(num, *(const double *)src); emit(o, "%s", num); break;
     case K_BOOL: emit(o, "%s", *(const int32_t *)src ? "true" : "false"); break;
     case K_PATH: emit_string(o, (const char *)src); break;

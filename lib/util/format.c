@@ -15,3 +15,14 @@ int llmt_format_double(char text[32], double v)
     }
     return n;
 }
+
+int llmt_format_float(char text[32], float v)
+{
+    int n = 0;
+    for (int digits = 6; digits <= 9; digits++) {
+        n = snprintf(text, 32, "%.*g", digits, (double)v);
+        if (n < 0 || n >= 32 || strtof(text, NULL) == v)
+            break;
+    }
+    return n;
+}

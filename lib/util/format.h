@@ -7,4 +7,8 @@
  * writes "1." or ".5", so the text is also a JSON and YAML number. */
 int llmt_format_double(char text[32], double v);
 
+/* The same for an fp32 value: the shortest of %.6g .. %.9g that reads back
+ * (strtof) as the same float. */
+int llmt_format_float(char text[32], float v);
+
 #endif

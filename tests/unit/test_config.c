@@ -214,6 +214,21 @@ static void test_write_and_read_back(void **state)
     free(text);
 }
 
+/* The example configuration of docs/config.md (examples/configs/134m.yaml)
+ * loads and passes the relation checks. */
+static void test_documented_example(void **state)
+{
+    (void)state;
+    llmt_train_config c;
+    llmt_train_config_init(&c);
+    assert_int_equal(llmt_train_config_load_yaml(&c, LLMT_SOURCE_DIR "/examples/configs/134m.yaml"),
+                     LLMT_OK);
+    assert_int_equal(llmt_train_config_check(&c), LLMT_OK);
+    assert_int_equal(c.model.hidden_size, 768);
+    assert_int_equal(c.model.precision, LLMT_PRECISION_BF16_MIXED);
+    assert_true(c.memory_budget == 20ull << 30);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_key_line_column),
         cmocka_unit_test(test_check_relations),
         cmocka_unit_test(test_write_and_read_back),
+        cmocka_unit_test(test_documented_example),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,175 @@
+/* llmt_trainer: one training step and the loop around it. A step takes one
+ * global batch from the loader, runs it in micro-batches (slicer) with the
+ * loss scale, updates with the optimizer, evaluates and checkpoints when due,
+ * records metrics, and lets the adaptive memory controller act:
+ *
+ * - Monitor: after every step, the peak bytes of the step against the
+ *   capacity (the configured one, else the context's budget, else the
+ *   device's memory).
+ * - Controller: above the threshold it escalates (recompute FFN activation,
+ *   then attention core, then FFN, then full, layer by layer; then halves the
+ *   micro-batch), choosing with the planner the smallest escalation predicted
+ *   to come back under the threshold; after a window of steps with headroom
+ *   it relaxes one notch when the planner predicts the result stays under
+ *   the threshold minus the hysteresis. On LLMT_ENOMEM inside a step it
+ *   discards the step's partial gradients, frees the activation arena,
+ *   escalates to a configuration that fits and retries the same batch: no
+ *   step is lost or repeated and the data position is unaffected. When even
+ *   micro-batch 1 with full recompute cannot fit, the step fails with the
+ *   planner's figure. Every decision is logged with its reason and numbers.
+ *
+ * See docs/trainer.md. */
+#ifndef LLMT_TRAINER_H
+#define LLMT_TRAINER_H
+
+#include "llmt/checkpoint.h"
+#include "llmt/common.h"
+#include "llmt/config.h"
+#include "llmt/data.h"
+#include "llmt/loss_scaler.h"
+#include "llmt/model.h"
+#include "llmt/optimizer.h"
+#include "llmt/recompute.h"
+#include "llmt/slicer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmt_trainer llmt_trainer;
+
+#define LLMT_TRAINER_PARTS_VERSION 1
+
+/* The objects a trainer drives. The trainer borrows them: they must outlive
+ * it, and not be used elsewhere while it runs. */
+typedef struct llmt_trainer_parts {
+    uint32_t version;          /* LLMT_TRAINER_PARTS_VERSION */
+    llmt_model *model;         /* required */
+    llmt_optimizer *optimizer; /* required */
+    llmt_loss_scaler *scaler;  /* NULL: no loss scaling (overflows still skip) */
+    llmt_recompute *recompute; /* required when adaptive */
+    llmt_slicer *slicer;       /* NULL: whole batches (no slicing, not adaptive) */
+    llmt_loader *loader;       /* training data, required */
+    llmt_loader *eval_loader;  /* held-out data, or NULL */
+    llmt_ckpt_store *store;    /* checkpoints, or NULL */
+} llmt_trainer_parts;
+
+#define LLMT_TRAINER_PARTS_INIT {LLMT_TRAINER_PARTS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0}
+
+#define LLMT_TRAINER_CONFIG_VERSION 1
+
+typedef struct llmt_trainer_config {
+    uint32_t version;          /* LLMT_TRAINER_CONFIG_VERSION */
+    int32_t batch_size;        /* sequences per step: the loader's batch */
+    int32_t seq_len;           /* the loader's seq_len */
+    int64_t total_steps;       /* the run's length (for the ETA; run() stops there) */
+    int64_t eval_every;        /* steps between evaluations, 0 never */
+    int32_t eval_batches;      /* held-out batches per evaluation */
+    int64_t checkpoint_every;  /* steps between durable checkpoints, 0 never */
+    int64_t fast_checkpoint_every; /* steps between fast-tier checkpoints, 0 never */
+    int32_t checkpoint_async;  /* 1: save_async (falls back to sync when staging does not fit) */
+    const char *metrics_path;  /* JSONL file appended to, or NULL */
+    const char *config_yaml;   /* the effective configuration, stored in checkpoints; or NULL */
+    int32_t adaptive;          /* 1: the memory controller acts */
+    double memory_threshold;   /* fraction of capacity: 0.85 */
+    double hysteresis;         /* relax only below threshold - hysteresis: 0.10 */
+    int32_t relax_window;      /* steps with headroom before relaxing: 20 */
+    uint64_t capacity;         /* bytes; 0: the context's budget, else device memory */
+} llmt_trainer_config;
+
+#define LLMT_TRAINER_CONFIG_INIT \
+    {LLMT_TRAINER_CONFIG_VERSION, 8, 256, 1000, 0, 4, 0, 0, 1, 0, 0, 1, 0.85, 0.10, 20, 0}
+
+/* Fills cfg with the defaults of LLMT_TRAINER_CONFIG_INIT. */
+LLMT_API void llmt_trainer_config_init(llmt_trainer_config *cfg);
+
+/* Creates a trainer over borrowed parts. Errors: LLMT_EINVAL naming the part
+ * or field, LLMT_EVERSION. */
+LLMT_API int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
+                                 const llmt_trainer_config *cfg);
+
+/* Creates every part from a training configuration (model, optimizer,
+ * scaler, recompute, slicer, loaders over cfg's data globs, checkpoint store
+ * in cfg's directories) on ctx and a trainer that owns them. Errors as the
+ * parts' constructors, naming the configuration key. */
+LLMT_API int llmt_trainer_create_from_config(llmt_trainer **out, llmt_context *ctx,
+                                             const llmt_train_config *cfg);
+
+/* Waits for an async save in flight, releases the trainer and what it owns;
+ * NULL accepted. */
+LLMT_API void llmt_trainer_free(llmt_trainer *tr);
+
+#define LLMT_STEP_REPORT_VERSION 1
+
+typedef struct llmt_step_report {
+    uint32_t version;         /* set by the caller: LLMT_STEP_REPORT_VERSION */
+    int64_t step;             /* steps done, this one included */
+    double loss;              /* mean training loss of the batch */
+    double grad_norm;         /* before clipping (inf when skipped) */
+    double lr;
+    double loss_scale;
+    int32_t skipped;          /* 1: overflow skipped the update */
+    double seconds;           /* wall time of the step */
+    double tokens_per_second;
+    int32_t micro_batch;      /* in use during the step */
+    int32_t recompute;        /* policy flags of layer 0 during the step */
+    int32_t recompute_layers; /* layers with any recompute during the step */
+    int32_t retries;          /* attempts repeated after LLMT_ENOMEM */
+    uint64_t mem_current[LLMT_MEM_CATEGORY_SLOTS]; /* after the step */
+    uint64_t mem_peak;        /* most bytes at once during the step */
+    double mem_ratio;         /* mem_peak / capacity */
+    uint64_t capacity;
+    double eval_loss;         /* held-out loss when evaluated this step, else NaN */
+    int32_t checkpointed;     /* bit LLMT_CKPT_DURABLE / bit LLMT_CKPT_FAST saved */
+    int64_t tokens_seen;
+} llmt_step_report;
+
+/* One step; report (may be NULL, else its version set) is filled. Errors
+ * from the parts; LLMT_ENOMEM with the planner's figure when nothing fits. */
+LLMT_API int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report);
+
+/* Called after every step of llmt_trainer_run; a nonzero return stops the run
+ * (llmt_trainer_run then returns LLMT_OK). */
+typedef int (*llmt_step_callback)(void *user, const llmt_step_report *report);
+
+/* Called with each line the trainer logs (controller decisions, checkpoint
+ * fallbacks); NUL-terminated, no newline. */
+typedef void (*llmt_log_callback)(void *user, const char *line);
+
+/* Sets the step callback (NULL for none). */
+LLMT_API int llmt_trainer_set_callback(llmt_trainer *tr, llmt_step_callback cb, void *user);
+
+/* Sets the log callback (NULL for none). Log lines also go to the metrics
+ * file as {"event": ...} records. */
+LLMT_API int llmt_trainer_set_log(llmt_trainer *tr, llmt_log_callback cb, void *user);
+
+/* Runs steps until `steps` more are done or total_steps is reached or the
+ * callback asks to stop. */
+LLMT_API int llmt_trainer_run(llmt_trainer *tr, int64_t steps);
+
+/* Loads the newest valid checkpoint of the store (if any) into the parts and
+ * the trainer's own state (step, tokens, controller). *step receives the
+ * step resumed from, or -1 when there was none (a fresh start). */
+LLMT_API int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step);
+
+/* Saves a checkpoint of the current state now, synchronously, in tier. */
+LLMT_API int llmt_trainer_save(llmt_trainer *tr, int32_t tier);
+
+/* The held-out loss over eval_batches batches of the eval loader (from its
+ * start each time). LLMT_ESTATE without an eval loader. */
+LLMT_API int llmt_trainer_evaluate(llmt_trainer *tr, double *loss);
+
+/* Steps done. -1 for NULL. */
+LLMT_API int64_t llmt_trainer_step_index(const llmt_trainer *tr);
+
+/* The trainer's model (borrowed), e.g. to sample text. */
+LLMT_API llmt_model *llmt_trainer_model(const llmt_trainer *tr);
+
+/* The trainer's context (that of its model; borrowed). */
+LLMT_API llmt_context *llmt_trainer_context(const llmt_trainer *tr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

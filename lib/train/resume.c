@@ -1,0 +1,83 @@
+/* The trainer's own state in checkpoints (the user blob: a small JSON object
+ * with the controller's notch), and resuming from the newest checkpoint. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "train/trainer_internal.h"
+#include "util/json.h"
+
+#define BLOB_FORMAT 1
+
+void llmt_trainer_fill_state(llmt_trainer *tr, llmt_train_state *st, char *blob, size_t cap)
+{
+    const llmt_trainer_parts *p = &tr->parts;
+    st->model = p->model;
+    st->optimizer = p->optimizer;
+    st->scaler = p->scaler;
+    st->loader = p->loader;
+    st->step = tr->step;
+    st->tokens_seen = tr->tokens_seen;
+    st->config_yaml = tr->config_yaml;
+    int n = snprintf(blob, cap, "{\"trainer\":%d,\"notch\":%lld,\"since_change\":%lld}",
+                     BLOB_FORMAT, (long long)tr->ctl.notch, (long long)tr->since_change);
+    st->user_blob = blob;
+    st->user_blob_size = n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+/* Restores the controller from a blob written by llmt_trainer_fill_state. */
+static int restore_blob(llmt_trainer *tr, const char *blob, size_t len)
+{
+    const llmt_json_limits lim = {2, len, 64, 16};
+    llmt_json *root = NULL;
+    int64_t format = 0, notch = 0, since = 0;
+    int rc = llmt_json_parse(blob, len, &lim, &root);
+    if (!rc && (llmt_json_int64(llmt_json_get(root, "trainer"), &format) || format != BLOB_FORMAT ||
+                llmt_json_int64(llmt_json_get(root, "notch"), &notch) ||
+                llmt_json_int64(llmt_json_get(root, "since_change"), &since)))
+        rc = llmt_fail(LLMT_ECORRUPT, "the trainer's state in the checkpoint is not one this "
+                       "library wrote");
+    llmt_json_free(root);
+    if (rc)
+        return rc;
+    if (!tr->cfg.adaptive)
+        return LLMT_OK;
+    if (notch < tr->ctl.base || notch > tr->ctl.max)
+        return llmt_fail(LLMT_EINVAL, "the checkpoint's controller notch %lld is outside this "
+                         "configuration's %lld..%lld", (long long)notch,
+                         (long long)tr->ctl.base, (long long)tr->ctl.max);
+    LLMT_TRY(llmt_controller_apply(&tr->ctl, notch, tr->parts.recompute, tr->parts.slicer));
+    tr->since_change = since;
+    return LLMT_OK;
+}
+
+int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
+{
+    if (!tr || !step)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_resume_latest: %s is NULL", tr ? "step" : "tr");
+    *step = -1;
+    if (!tr->parts.store)
+        return llmt_fail(LLMT_ESTATE, "llmt_trainer_resume_latest: the trainer has no store");
+    int64_t found = -1;
+    int32_t tier = 0;
+    char notes[4096];
+    int rc = llmt_ckpt_latest(tr->parts.store, &found, &tier, notes, sizeof notes);
+    if (notes[0])
+        llmt_trainer_log(tr, "resume", "checkpoints passed over:\n%s", notes);
+    if (rc == LLMT_ENOTFOUND)
+        return LLMT_OK; /* a fresh start */
+    if (rc)
+        return rc;
+    llmt_train_state st = LLMT_TRAIN_STATE_INIT;
+    char blob[256];
+    llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
+    size_t blob_len = 0;
+    LLMT_TRY(llmt_ckpt_load(tr->parts.store, found, tier, &st, blob, sizeof blob - 1, &blob_len));
+    LLMT_TRY(restore_blob(tr, blob, blob_len));
+    tr->step = st.step;
+    tr->tokens_seen = st.tokens_seen;
+    llmt_trainer_log(tr, "resume", "resumed from step %lld (%s tier)", (long long)found,
+                     tier ? "fast" : "durable");
+    *step = found;
+    return LLMT_OK;
+}

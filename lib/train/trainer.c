@@ -1,0 +1,333 @@
+/* llmt_trainer: the training step, the loop, evaluation, periodic
+ * checkpoints, metrics and the adaptive memory controller. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/context_internal.h"
+#include "core/error.h"
+#include "train/trainer_internal.h"
+#include "util/json.h"
+
+void llmt_trainer_config_init(llmt_trainer_config *cfg)
+{
+    if (cfg) {
+        const llmt_trainer_config defaults = LLMT_TRAINER_CONFIG_INIT;
+        *cfg = defaults;
+    }
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Logs a line to the callback and, as an event, to the metrics file. */
+void llmt_trainer_log(llmt_trainer *tr, const char *event, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (tr->log)
+        tr->log(tr->log_user, line);
+    llmt_metrics_event(tr, event, line);
+}
+
+static int check_parts(const llmt_trainer_parts *p, const llmt_trainer_config *c)
+{
+    const char *fn = "llmt_trainer_create";
+    if (p->version != LLMT_TRAINER_PARTS_VERSION || c->version != LLMT_TRAINER_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: parts->version = %u, cfg->version = %u, this "
+                         "library knows %u and %u", fn, p->version, c->version,
+                         LLMT_TRAINER_PARTS_VERSION, LLMT_TRAINER_CONFIG_VERSION);
+    if (!p->model || !p->optimizer || !p->loader)
+        return llmt_fail(LLMT_EINVAL, "%s: parts->%s is NULL", fn,
+                         !p->model ? "model" : !p->optimizer ? "optimizer" : "loader");
+    if (c->adaptive && (!p->recompute || !p->slicer))
+        return llmt_fail(LLMT_EINVAL, "%s: the adaptive controller needs parts->recompute and "
+                         "parts->slicer", fn);
+    if (c->batch_size < 1 || c->seq_len < 1 || c->seq_len > p->model->cfg.max_seq_len)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->batch_size = %d, cfg->seq_len = %d (the model's "
+                         "max_seq_len is %d)", fn, c->batch_size, c->seq_len,
+                         p->model->cfg.max_seq_len);
+    if (c->total_steps < 0 || c->eval_every < 0 || c->checkpoint_every < 0 ||
+        c->fast_checkpoint_every < 0 || (c->eval_every && c->eval_batches < 1))
+        return llmt_fail(LLMT_EINVAL, "%s: negative step counts or eval_batches < 1", fn);
+    if (!(c->memory_threshold > 0 && c->memory_threshold <= 1) || !(c->hysteresis >= 0) ||
+        c->hysteresis >= c->memory_threshold || c->relax_window < 1)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->memory_threshold = %g, hysteresis = %g, "
+                         "relax_window = %d (need 0 < hysteresis < threshold <= 1, window >= 1)",
+                         fn, c->memory_threshold, c->hysteresis, c->relax_window);
+    if ((c->eval_every && !p->eval_loader) ||
+        ((c->checkpoint_every || c->fast_checkpoint_every) && !p->store))
+        return llmt_fail(LLMT_EINVAL, "%s: %s", fn, c->eval_every && !p->eval_loader
+                                                        ? "cfg->eval_every needs parts->eval_loader"
+                                                        : "checkpoints need parts->store");
+    return LLMT_OK;
+}
+
+int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
+                        const llmt_trainer_config *cfg)
+{
+    if (!out || !parts || !cfg)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_create: %s is NULL",
+                         !out ? "out" : !parts ? "parts" : "cfg");
+    *out = NULL;
+    int rc = check_parts(parts, cfg);
+    if (rc)
+        return rc;
+    llmt_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr)
+        return llmt_fail(LLMT_ENOMEM, "llmt_trainer_create: out of host memory");
+    tr->parts = *parts;
+    tr->cfg = *cfg;
+    tr->ctx = parts->model->ctx;
+    size_t n = (size_t)cfg->batch_size * (size_t)cfg->seq_len;
+    tr->tokens = malloc(n * sizeof *tr->tokens);
+    tr->targets = malloc(n * sizeof *tr->targets);
+    tr->config_yaml = cfg->config_yaml ? strdup(cfg->config_yaml) : NULL;
+    tr->cfg.config_yaml = tr->config_yaml;
+    tr->cfg.metrics_path = NULL; /* not kept: the file is opened below */
+    if (!tr->tokens || !tr->targets || (cfg->config_yaml && !tr->config_yaml))
+        rc = llmt_fail(LLMT_ENOMEM, "llmt_trainer_create: out of host memory");
+    if (!rc)
+        rc = llmt_metrics_open(tr, cfg->metrics_path);
+    if (!rc && parts->eval_loader) {
+        tr->eval_start.version = LLMT_LOADER_STATE_VERSION;
+        rc = llmt_loader_get_state(parts->eval_loader, &tr->eval_start);
+    }
+    if (!rc && cfg->adaptive) {
+        const llmt_model *m = parts->model;
+        llmt_controller_init(&tr->ctl, m, cfg->batch_size, cfg->seq_len, m->rc_flags[0],
+                             llmt_slicer_micro_batch(parts->slicer));
+        rc = llmt_controller_apply(&tr->ctl, tr->ctl.base, parts->recompute, parts->slicer);
+    }
+    if (rc) {
+        llmt_trainer_free(tr);
+        return rc;
+    }
+    *out = tr;
+    return LLMT_OK;
+}
+
+void llmt_trainer_free(llmt_trainer *tr)
+{
+    if (!tr)
+        return;
+    if (tr->parts.store)
+        llmt_ckpt_wait(tr->parts.store);
+    llmt_metrics_close(tr);
+    if (tr->owned)
+        llmt_trainer_free_owned(tr);
+    free(tr->tokens);
+    free(tr->targets);
+    free(tr->config_yaml);
+    free(tr);
+}
+
+int llmt_trainer_set_callback(llmt_trainer *tr, llmt_step_callback cb, void *user)
+{
+    if (!tr)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_set_callback: tr is NULL");
+    tr->callback = cb;
+    tr->callback_user = user;
+    return LLMT_OK;
+}
+
+int llmt_trainer_set_log(llmt_trainer *tr, llmt_log_callback cb, void *user)
+{
+    if (!tr)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_set_log: tr is NULL");
+    tr->log = cb;
+    tr->log_user = user;
+    return LLMT_OK;
+}
+
+int64_t llmt_trainer_step_index(const llmt_trainer *tr)
+{
+    return tr ? tr->step : -1;
+}
+
+llmt_model *llmt_trainer_model(const llmt_trainer *tr)
+{
+    return tr ? tr->parts.model : NULL;
+}
+
+llmt_context *llmt_trainer_context(const llmt_trainer *tr)
+{
+    return tr ? tr->ctx : NULL;
+}
+
+/* The capacity the monitor measures against. */
+static uint64_t capacity(const llmt_trainer *tr, const llmt_memory_stats *s)
+{
+    return tr->cfg.capacity ? tr->cfg.capacity : s->budget ? s->budget : s->device_total;
+}
+
+/* Forward and backward of the loaded batch, retrying after LLMT_ENOMEM with
+ * a configuration that fits (adaptive only). */
+static int forward_backward(llmt_trainer *tr, double scale, double *loss, int32_t *retries)
+{
+    const llmt_trainer_parts *p = &tr->parts;
+    const int32_t B = tr->cfg.batch_size, T = tr->cfg.seq_len;
+    for (*retries = 0;; (*retries)++) {
+        LLMT_TRY(llmt_model_zero_grads(p->model));
+        int rc = p->slicer ? llmt_slicer_forward_backward(p->slicer, tr->tokens, tr->targets, B, T,
+                                                          scale, loss)
+                           : llmt_model_forward_backward(p->model, tr->tokens, tr->targets, B, T,
+                                                         scale, 0.0, loss);
+        if (rc != LLMT_ENOMEM || !tr->cfg.adaptive)
+            return rc;
+        /* Partial gradients are discarded (zeroed on the next attempt), the
+         * arena freed, and the controller picks a notch that fits. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        LLMT_TRY(llmt_model_zero_grads(p->model));
+        LLMT_TRY(llmt_model_release_activations(p->model));
+        LLMT_TRY(llmt_trainer_escalate_to_fit(tr, why));
+    }
+}
+
+/* Loss over eval_batches batches of the eval loader from its start, run in
+ * slices no larger than the training micro-batch (the arena holds them). */
+int llmt_trainer_evaluate(llmt_trainer *tr, double *loss)
+{
+    if (!tr || !loss)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_evaluate: %s is NULL", tr ? "loss" : "tr");
+    const llmt_trainer_parts *p = &tr->parts;
+    if (!p->eval_loader)
+        return llmt_fail(LLMT_ESTATE, "llmt_trainer_evaluate: the trainer has no eval loader");
+    const int32_t B = tr->cfg.batch_size, T = tr->cfg.seq_len;
+    int32_t micro = p->slicer ? llmt_slicer_micro_batch(p->slicer) : B;
+    micro = micro < B ? micro : B;
+    LLMT_TRY(llmt_loader_set_state(p->eval_loader, &tr->eval_start));
+    double sum = 0.0;
+    int64_t count = 0;
+    for (int32_t b = 0; b < tr->cfg.eval_batches; b++) {
+        LLMT_TRY(llmt_loader_next(p->eval_loader, tr->tokens, tr->targets, (size_t)B * (size_t)T));
+        for (int32_t first = 0; first < B; first += micro) {
+            int32_t rows = B - first < micro ? B - first : micro;
+            size_t off = (size_t)first * (size_t)T;
+            double l = 0.0;
+            LLMT_TRY(llmt_model_forward(p->model, tr->tokens + off, tr->targets + off, rows, T, &l));
+            int64_t n = 0;
+            for (size_t i = 0; i < (size_t)rows * (size_t)T; i++)
+                n += tr->targets[off + i] >= 0;
+            sum += l * (double)n;
+            count += n;
+        }
+    }
+    *loss = count ? sum / (double)count : 0.0;
+    return LLMT_OK;
+}
+
+/* Saves the state in a tier: async when configured, falling back to a
+ * synchronous save when the staging buffer does not fit the budget. */
+static int save_tier(llmt_trainer *tr, int32_t tier, int async)
+{
+    llmt_train_state st = LLMT_TRAIN_STATE_INIT;
+    char blob[256];
+    llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
+    if (!async)
+        return llmt_ckpt_save(tr->parts.store, &st, tier);
+    int rc = llmt_ckpt_save_async(tr->parts.store, &st, tier);
+    if (rc == LLMT_ENOMEM) {
+        llmt_trainer_log(tr, "checkpoint", "step %lld: async save does not fit (%s); saving "
+                         "synchronously", (long long)tr->step, llmt_error_last());
+        rc = llmt_ckpt_save(tr->parts.store, &st, tier);
+    }
+    return rc;
+}
+
+int llmt_trainer_save(llmt_trainer *tr, int32_t tier)
+{
+    if (!tr || !tr->parts.store)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: %s", tr ? "the trainer has no store"
+                                                                  : "tr is NULL");
+    return save_tier(tr, tier, 0);
+}
+
+int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
+{
+    if (!tr)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_step: tr is NULL");
+    if (report && report->version != LLMT_STEP_REPORT_VERSION)
+        return llmt_fail(LLMT_EVERSION, "llmt_trainer_step: report->version = %u, this library "
+                         "knows %u", report->version, LLMT_STEP_REPORT_VERSION);
+    const llmt_trainer_parts *p = &tr->parts;
+    const int32_t B = tr->cfg.batch_size, T = tr->cfg.seq_len;
+    double t0 = now_seconds();
+    llmt_step_report r;
+    memset(&r, 0, sizeof r);
+    r.version = LLMT_STEP_REPORT_VERSION;
+    r.eval_loss = NAN;
+    LLMT_TRY(llmt_context_reset_peak(tr->ctx));
+    LLMT_TRY(llmt_loader_next(p->loader, tr->tokens, tr->targets, (size_t)B * (size_t)T));
+    double scale = p->scaler ? llmt_loss_scaler_scale(p->scaler) : 1.0;
+    r.micro_batch = p->slicer ? llmt_slicer_micro_batch(p->slicer) : B;
+    r.recompute = p->model->rc_flags[0];
+    for (int64_t l = 0; l < p->model->dims.layers; l++)
+        r.recompute_layers += p->model->rc_flags[l] != 0;
+    LLMT_TRY(forward_backward(tr, scale, &r.loss, &r.retries));
+    r.micro_batch = p->slicer ? llmt_slicer_micro_batch(p->slicer) : B; /* after retries */
+    llmt_update_report u = LLMT_UPDATE_REPORT_INIT;
+    LLMT_TRY(llmt_optimizer_step(p->optimizer, p->scaler, &u));
+    tr->step++;
+    tr->tokens_seen += (int64_t)B * T;
+
+    /* Monitor, and the controller's decision for the next step. */
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    LLMT_TRY(llmt_context_memory_stats(tr->ctx, &ms));
+    r.capacity = capacity(tr, &ms);
+    r.mem_peak = ms.total_peak;
+    r.mem_ratio = r.capacity ? (double)ms.total_peak / (double)r.capacity : 0.0;
+    if (tr->cfg.adaptive && r.capacity)
+        LLMT_TRY(llmt_trainer_adapt(tr, ms.total_peak, r.capacity));
+
+    if (tr->cfg.eval_every && tr->step % tr->cfg.eval_every == 0)
+        LLMT_TRY(llmt_trainer_evaluate(tr, &r.eval_loss));
+    if (tr->cfg.fast_checkpoint_every && tr->step % tr->cfg.fast_checkpoint_every == 0) {
+        LLMT_TRY(save_tier(tr, LLMT_CKPT_FAST, tr->cfg.checkpoint_async));
+        r.checkpointed |= 1 << LLMT_CKPT_FAST;
+    }
+    if (tr->cfg.checkpoint_every && tr->step % tr->cfg.checkpoint_every == 0) {
+        LLMT_TRY(save_tier(tr, LLMT_CKPT_DURABLE, tr->cfg.checkpoint_async));
+        r.checkpointed |= 1 << LLMT_CKPT_DURABLE;
+    }
+    LLMT_TRY(llmt_context_memory_stats(tr->ctx, &ms));
+    memcpy(r.mem_current, ms.current, sizeof r.mem_current);
+    r.step = tr->step;
+    r.grad_norm = u.grad_norm;
+    r.lr = u.lr;
+    r.loss_scale = u.loss_scale;
+    r.skipped = u.skipped;
+    r.seconds = now_seconds() - t0;
+    r.tokens_per_second = (double)B * T / r.seconds;
+    r.tokens_seen = tr->tokens_seen;
+    llmt_metrics_step(tr, &r);
+    if (report)
+        *report = r;
+    return LLMT_OK;
+}
+
+int llmt_trainer_run(llmt_trainer *tr, int64_t steps)
+{
+    if (!tr || steps < 0)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_run: %s", tr ? "steps < 0" : "tr is NULL");
+    for (int64_t i = 0; i < steps && tr->step < tr->cfg.total_steps; i++) {
+        llmt_step_report r;
+        memset(&r, 0, sizeof r);
+        r.version = LLMT_STEP_REPORT_VERSION;
+        LLMT_TRY(llmt_trainer_step(tr, &r));
+        if (tr->callback && tr->callback(tr->callback_user, &r))
+            break;
+    }
+    return LLMT_OK;
+}
