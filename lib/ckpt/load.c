@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "ckpt/fsutil.h"
+#include "util/fsutil.h"
 #include "ckpt/hash_pipe.h"
 #include "ckpt/store_internal.h"
 #include "core/context_internal.h"

@@ -12,6 +12,7 @@
 #include "llmt/common.h"
 #include "core/error.h"
 #include "ckpt/safetensors.h"
+#include "util/fsutil.h"
 #include "util/json.h"
 
 /* The most JSON values a header may hold. */
@@ -226,18 +227,10 @@ typedef struct sink {
 static int sink_write(sink *s, const char *p, size_t n)
 {
     XXH3_64bits_update(s->xxh, p, n);
-    while (n) {
-        ssize_t k = write(s->fd, p, n < IO_MAX ? n : IO_MAX);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return llmt_fail(LLMT_EIO, "%s: writing %s: %s", s->path, s->tmp,
-                             k < 0 ? strerror(errno) : "no progress");
-        p += k;
-        n -= (size_t)k;
-        s->written += (uint64_t)k;
-    }
-    return LLMT_OK;
+    int rc = llmt_write_all(s->fd, p, n, s->path, s->tmp);
+    if (!rc)
+        s->written += n;
+    return rc;
 }
 
 /* Streams the tensors' bytes in order through buf (cap bytes): each fill call
@@ -284,24 +277,6 @@ static int stream_data(sink *s, const llmt_st_write_tensor *t, size_t n, char *b
     return used ? sink_write(s, buf, used) : LLMT_OK;
 }
 
-/* fsyncs the directory holding path, so the rename survives a crash. */
-static int sync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = !slash ? strdup(".") : strndup(path, slash == path ? 1 : (size_t)(slash - path));
-    if (!dir)
-        return llmt_fail(LLMT_ENOMEM, "%s: out of memory", path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = LLMT_OK;
-    if (fd < 0 || fsync(fd) != 0)
-        rc = llmt_fail(LLMT_EIO, "%s: written, but syncing directory %s failed: %s", path, dir,
-                       strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return rc;
-}
-
 /* Writes head and data to a temporary file, then renames it over path. */
 static int write_file(const char *path, const llmt_st_write_tensor *t, size_t n,
                       const char *head, size_t head_len, uint64_t data_bytes,
@@ -343,7 +318,7 @@ static int write_file(const char *path, const llmt_st_write_tensor *t, size_t n,
         goto out;
     }
     if (o->durable)
-        rc = sync_dir(path);
+        rc = llmt_sync_parent(path);
     if (!rc && result) {
         result->file_bytes = s.written;
         result->xxh3 = XXH3_64bits_digest(xxh);

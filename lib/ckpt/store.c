@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt/fsutil.h"
+#include "util/fsutil.h"
 #include "ckpt/store_internal.h"
 #include "core/error.h"
 

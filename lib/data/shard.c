@@ -12,6 +12,7 @@
 #include "llmt/data.h"
 #include "core/error.h"
 #include "data/shard.h"
+#include "util/fsutil.h"
 
 #define HEADER_INTS 256
 /* Bytes the writer converts at a time. */
@@ -34,39 +35,6 @@ static uint32_t get_le32(const unsigned char *p)
 
 /* ---- Writer ---- */
 
-static int write_all(int fd, const unsigned char *p, size_t n, const char *path, const char *tmp)
-{
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return llmt_fail(LLMT_EIO, "%s: writing %s: %s", path, tmp,
-                             k < 0 ? strerror(errno) : "no progress");
-        p += k;
-        n -= (size_t)k;
-    }
-    return LLMT_OK;
-}
-
-/* fsyncs the directory holding path, so the rename survives a crash. */
-static int sync_parent(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = !slash ? strdup(".") : strndup(path, slash == path ? 1 : (size_t)(slash - path));
-    if (!dir)
-        return llmt_fail(LLMT_ENOMEM, "%s: out of memory", path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = LLMT_OK;
-    if (fd < 0 || fsync(fd) != 0)
-        rc = llmt_fail(LLMT_EIO, "%s: written, but syncing directory %s failed: %s", path, dir,
-                       strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return rc;
-}
-
 /* Writes the header and the tokens (already checked) to fd in chunks. */
 static int write_shard_body(int fd, const int32_t *tokens, size_t n, int32_t version,
                             const char *path, const char *tmp)
@@ -78,7 +46,7 @@ static int write_shard_body(int fd, const int32_t *tokens, size_t n, int32_t ver
     put_le32(buf, LLMT_SHARD_MAGIC);
     put_le32(buf + 4, (uint32_t)version);
     put_le32(buf + 8, (uint32_t)n);
-    int rc = write_all(fd, buf, LLMT_SHARD_HEADER_BYTES, path, tmp);
+    int rc = llmt_write_all(fd, buf, LLMT_SHARD_HEADER_BYTES, path, tmp);
     size_t width = version == LLMT_SHARD_VERSION_U16 ? 2 : 4;
     size_t per_chunk = WRITE_CHUNK / width;
     for (size_t i = 0; !rc && i < n; i += per_chunk) {
@@ -92,7 +60,7 @@ static int write_shard_body(int fd, const int32_t *tokens, size_t n, int32_t ver
                 put_le32(buf + 4 * j, v);
             }
         }
-        rc = write_all(fd, buf, m * width, path, tmp);
+        rc = llmt_write_all(fd, buf, m * width, path, tmp);
     }
     free(buf);
     return rc;
@@ -146,7 +114,7 @@ int llmt_shard_write(const char *path, const int32_t *tokens, size_t n, int32_t 
     if (rc)
         unlink(tmp);
     else
-        rc = sync_parent(path);
+        rc = llmt_sync_parent(path);
     free(tmp);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include "model/model_internal.h"
 #include "test_context.h"
 #include "test_rand.h"
+#include "test_tensors.h"
 
 enum { B = 8, T = 12 };
 
@@ -103,19 +104,6 @@ static void test_recompute_bit_identical(void **state)
     }
 }
 
-static float *grads_f32(llmt_model *m)
-{
-    size_t total = (size_t)llmt_model_num_params(m), at = 0;
-    float *out = malloc(total * sizeof *out);
-    for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
-        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
-        llmt_model_tensor_info(m, i, &info);
-        assert_int_equal(llmt_model_get_grad(m, info.name, out + at, (size_t)info.numel), LLMT_OK);
-        at += (size_t)info.numel;
-    }
-    return out;
-}
-
 static void test_slicing_matches_unsliced(void **state)
 {
     (void)state;
@@ -129,7 +117,7 @@ static void test_slicing_matches_unsliced(void **state)
     batch(tokens, targets, 6);
     double whole_loss = 0;
     assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, B, T, 1.0, &whole_loss), LLMT_OK);
-    float *whole = grads_f32(m);
+    float *whole = test_all_grads(m);
     size_t n = (size_t)llmt_model_num_params(m);
     double gmax = 0;
     for (size_t i = 0; i < n; i++)
@@ -140,7 +128,7 @@ static void test_slicing_matches_unsliced(void **state)
         assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
         double loss = 0;
         assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, B, T, 1.0, &loss), LLMT_OK);
-        float *got = grads_f32(m);
+        float *got = test_all_grads(m);
         double err = 0;
         for (size_t i = 0; i < n; i++)
             err = fmax(err, fabs((double)got[i] - whole[i]));

@@ -11,6 +11,7 @@
 #include "llmt/llmt.h"
 #include "test_context.h"
 #include "test_rand.h"
+#include "test_tensors.h"
 
 static llmt_context *make_ctx(int threads)
 {
@@ -290,20 +291,6 @@ static void test_learns_repeating_sequence(void **state)
     llmt_context_free(ctx);
 }
 
-static float *all_grads(llmt_model *m, size_t *len)
-{
-    size_t total = (size_t)llmt_model_num_params(m), at = 0;
-    float *out = malloc(total * sizeof *out);
-    for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
-        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
-        llmt_model_tensor_info(m, i, &info);
-        assert_int_equal(llmt_model_get_grad(m, info.name, out + at, (size_t)info.numel), LLMT_OK);
-        at += (size_t)info.numel;
-    }
-    *len = at;
-    return out;
-}
-
 /* Same inputs, same bits: twice on one model, and on a second model made
  * from the same seed. */
 static void test_determinism(void **state)
@@ -329,7 +316,8 @@ static void test_determinism(void **state)
         assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
         assert_int_equal(llmt_model_forward_backward(m, tokens, targets, B, T, 1.0, 0.0,
                                                      &losses[run]), LLMT_OK);
-        grads[run] = all_grads(m, &len);
+        grads[run] = test_all_grads(m);
+        len = (size_t)llmt_model_num_params(m);
         if (run != 0) {
             llmt_model_free(m);
             llmt_context_free(ctx);
@@ -364,12 +352,13 @@ static void test_accumulation(void **state)
     double whole_loss = 0, l1 = 0, l2 = 0;
     assert_int_equal(llmt_model_forward_backward(m, tokens, targets, B, T, 1.0, 0.0, &whole_loss),
                      LLMT_OK);
-    float *whole = all_grads(m, &len);
+    float *whole = test_all_grads(m);
+    len = (size_t)llmt_model_num_params(m);
     assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
     assert_int_equal(llmt_model_forward_backward(m, tokens, targets, 2, T, 1.0, count, &l1), LLMT_OK);
     assert_int_equal(llmt_model_forward_backward(m, tokens + 2 * T, targets + 2 * T, 2, T, 1.0,
                                                  count, &l2), LLMT_OK);
-    float *parts = all_grads(m, &len);
+    float *parts = test_all_grads(m);
     /* half 1 has 14 counted targets, half 2 has 15 */
     assert_true(fabs((l1 * 14 + l2 * 15) / count - whole_loss) < 1e-6 * whole_loss);
     double max_err = 0, max_g = 0;
@@ -382,7 +371,7 @@ static void test_accumulation(void **state)
     /* A loss multiplier of 8 (a power of two) scales every gradient exactly. */
     assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
     assert_int_equal(llmt_model_forward_backward(m, tokens, targets, B, T, 8.0, 0.0, NULL), LLMT_OK);
-    float *scaled = all_grads(m, &len);
+    float *scaled = test_all_grads(m);
     for (size_t i = 0; i < len; i++)
         assert_true(scaled[i] == 8.0f * whole[i]);
     free(whole);

@@ -12,6 +12,7 @@
 #include "llmt/llmt.h"
 #include "test_context.h"
 #include "test_rand.h"
+#include "test_tensors.h"
 
 static char dir[64];
 static char path[128];
@@ -48,20 +49,6 @@ static llmt_model *make_model(llmt_context **ctx, uint64_t seed, int hidden)
     llmt_model *m = NULL;
     assert_int_equal(llmt_model_create(&m, *ctx, &c), LLMT_OK);
     return m;
-}
-
-/* Every parameter in tensor order, as one array. */
-static float *params_of(llmt_model *m)
-{
-    float *out = malloc((size_t)llmt_model_num_params(m) * sizeof *out);
-    size_t at = 0;
-    for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
-        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
-        llmt_model_tensor_info(m, i, &info);
-        assert_int_equal(llmt_model_get_param(m, info.name, out + at, (size_t)info.numel), LLMT_OK);
-        at += (size_t)info.numel;
-    }
-    return out;
 }
 
 static unsigned char *slurp(const char *p, size_t *len)
@@ -101,12 +88,12 @@ static void test_round_trip_f32_exact(void **state)
     (void)state;
     llmt_context *c1, *c2;
     llmt_model *a = make_model(&c1, 1, 16), *b = make_model(&c2, 2, 16);
-    float *pa = params_of(a), *pb = params_of(b);
+    float *pa = test_all_params(a), *pb = test_all_params(b);
     size_t n = (size_t)llmt_model_num_params(a);
     assert_memory_not_equal(pa, pb, n * sizeof(float)); /* different seeds */
     assert_int_equal(llmt_model_save_safetensors(a, path, LLMT_DTYPE_F32), LLMT_OK);
     assert_int_equal(llmt_model_load_safetensors(b, path), LLMT_OK);
-    float *pb2 = params_of(b);
+    float *pb2 = test_all_params(b);
     assert_memory_equal(pa, pb2, n * sizeof(float));
 
     /* Decode the file by hand: 8-byte length, JSON header, raw data. */
@@ -140,11 +127,11 @@ static void test_round_trip_16bit(void **state)
     (void)state;
     llmt_context *c1, *c2;
     llmt_model *a = make_model(&c1, 3, 16), *b = make_model(&c2, 4, 16);
-    float *pa = params_of(a);
+    float *pa = test_all_params(a);
     size_t n = (size_t)llmt_model_num_params(a);
     assert_int_equal(llmt_model_save_safetensors(a, path, LLMT_DTYPE_BF16), LLMT_OK);
     assert_int_equal(llmt_model_load_safetensors(b, path), LLMT_OK);
-    float *pb = params_of(b);
+    float *pb = test_all_params(b);
     for (size_t i = 0; i < n; i++)
         assert_true(pb[i] == bf16_round(pa[i]));
     size_t len = 0;
@@ -154,7 +141,7 @@ static void test_round_trip_16bit(void **state)
     assert_int_equal(llmt_model_save_safetensors(a, path, LLMT_DTYPE_F16), LLMT_OK);
     assert_int_equal(llmt_model_load_safetensors(b, path), LLMT_OK);
     free(pb);
-    pb = params_of(b);
+    pb = test_all_params(b);
     int changed = 0;
     for (size_t i = 0; i < n; i++) {
         assert_true(fabsf(pb[i] - pa[i]) <= fabsf(pa[i]) * 0x1p-11f + 0x1p-24f);
@@ -183,11 +170,11 @@ static void test_round_trip_16bit(void **state)
 static void expect_refused(llmt_model *b, const char *file, int rc, const char *needle1,
                            const char *needle2)
 {
-    float *before = params_of(b);
+    float *before = test_all_params(b);
     assert_int_equal(llmt_model_load_safetensors(b, file), rc);
     assert_contains(llmt_error_last(), needle1);
     assert_contains(llmt_error_last(), needle2);
-    float *after = params_of(b);
+    float *after = test_all_params(b);
     assert_memory_equal(before, after, (size_t)llmt_model_num_params(b) * sizeof(float));
     free(before);
     free(after);

@@ -10,6 +10,7 @@
 #include "llmt/llmt.h"
 #include "test_context.h"
 #include "test_rand.h"
+#include "test_tensors.h"
 
 static llmt_context *make_ctx(void)
 {
@@ -28,24 +29,6 @@ static llmt_model_config small_config(int precision)
     c.max_seq_len = 16;
     c.precision = precision;
     return c;
-}
-
-/* All of a model's tensors (or one state kind of the optimizer) as one fp32
- * array in tensor order. */
-static float *gather(llmt_model *m, llmt_optimizer *o, int kind, int grads)
-{
-    float *out = malloc((size_t)llmt_model_num_params(m) * sizeof *out);
-    size_t at = 0;
-    for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
-        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
-        llmt_model_tensor_info(m, i, &info);
-        int rc = o ? llmt_optimizer_get_state(o, kind, info.name, out + at, (size_t)info.numel)
-                   : grads ? llmt_model_get_grad(m, info.name, out + at, (size_t)info.numel)
-                           : llmt_model_get_param(m, info.name, out + at, (size_t)info.numel);
-        assert_int_equal(rc, LLMT_OK);
-        at += (size_t)info.numel;
-    }
-    return out;
 }
 
 /* The reference schedule: warmup then cosine to min_lr at total. */
@@ -91,7 +74,7 @@ static void test_adamw_matches_reference(void **state)
             is_norm[at + (size_t)j] = info.ndim == 1;
         at += (size_t)info.numel;
     }
-    float *w0 = gather(m, NULL, 0, 0);
+    float *w0 = test_all_params(m);
     double *w = malloc(n * sizeof *w), *mm = calloc(n, sizeof *mm), *vv = calloc(n, sizeof *vv);
     for (size_t i = 0; i < n; i++)
         w[i] = w0[i];
@@ -136,9 +119,9 @@ static void test_adamw_matches_reference(void **state)
         assert_true(r.loss_scale == 1.0);
     }
     assert_true(clipped >= 5 && clipped <= 15); /* both paths were taken */
-    float *got_w = gather(m, NULL, 0, 0);
-    float *got_m = gather(m, o, LLMT_OPT_STATE_EXP_AVG, 0);
-    float *got_v = gather(m, o, LLMT_OPT_STATE_EXP_AVG_SQ, 0);
+    float *got_w = test_all_params(m);
+    float *got_m = test_all_state(o, m, LLMT_OPT_STATE_EXP_AVG);
+    float *got_v = test_all_state(o, m, LLMT_OPT_STATE_EXP_AVG_SQ);
     double max_dw = 0, max_step = 0;
     for (size_t i = 0; i < n; i++) {
         max_dw = fmax(max_dw, fabs(got_w[i] - w[i]));
@@ -287,8 +270,8 @@ static void test_fp16_overflow_skips(void **state)
     st.clean_steps = 0;
     assert_int_equal(llmt_loss_scaler_set_state(sc, &st), LLMT_OK);
     size_t n = (size_t)llmt_model_num_params(m);
-    float *w0 = gather(m, NULL, 0, 0), *ms0 = gather(m, o, LLMT_OPT_STATE_MASTER, 0);
-    float *m0 = gather(m, o, LLMT_OPT_STATE_EXP_AVG, 0), *v0 = gather(m, o, LLMT_OPT_STATE_EXP_AVG_SQ, 0);
+    float *w0 = test_all_params(m), *ms0 = test_all_state(o, m, LLMT_OPT_STATE_MASTER);
+    float *m0 = test_all_state(o, m, LLMT_OPT_STATE_EXP_AVG), *v0 = test_all_state(o, m, LLMT_OPT_STATE_EXP_AVG_SQ);
     assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
     assert_int_equal(llmt_model_forward_backward(m, tokens, targets, B, T,
                                                  llmt_loss_scaler_scale(sc), 0, NULL), LLMT_OK);
@@ -297,8 +280,8 @@ static void test_fp16_overflow_skips(void **state)
     assert_true(isinf(r.grad_norm));
     assert_int_equal(r.step, 1);
     assert_int_equal(llmt_optimizer_step_count(o), 1);
-    float *w1 = gather(m, NULL, 0, 0), *ms1 = gather(m, o, LLMT_OPT_STATE_MASTER, 0);
-    float *m1 = gather(m, o, LLMT_OPT_STATE_EXP_AVG, 0), *v1 = gather(m, o, LLMT_OPT_STATE_EXP_AVG_SQ, 0);
+    float *w1 = test_all_params(m), *ms1 = test_all_state(o, m, LLMT_OPT_STATE_MASTER);
+    float *m1 = test_all_state(o, m, LLMT_OPT_STATE_EXP_AVG), *v1 = test_all_state(o, m, LLMT_OPT_STATE_EXP_AVG_SQ);
     assert_memory_equal(w0, w1, n * sizeof(float));
     assert_memory_equal(ms0, ms1, n * sizeof(float));
     assert_memory_equal(m0, m1, n * sizeof(float));
@@ -321,7 +304,7 @@ static void test_fp16_overflow_skips(void **state)
     assert_true(llmt_loss_scaler_scale(sc) == 1024.0);
     assert_int_equal(llmt_optimizer_step_count(o), 4);
     /* The clean steps changed the weights. */
-    float *w2 = gather(m, NULL, 0, 0);
+    float *w2 = test_all_params(m);
     assert_memory_not_equal(w0, w2, n * sizeof(float));
     free(w0); free(ms0); free(m0); free(v0); free(w1); free(ms1); free(m1); free(v1); free(w2);
     llmt_loss_scaler_free(sc);

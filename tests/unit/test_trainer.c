@@ -13,6 +13,7 @@
 
 #include "llmt/llmt.h"
 #include "test_context.h"
+#include "test_tensors.h"
 
 enum { B = 8, T = 32, VOCAB = 40, STEPS = 10 };
 
@@ -135,17 +136,6 @@ static uint64_t arena(rig *r, int32_t micro, int32_t policy)
     return p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE] - (uint64_t)(2 * T * 4 * 4);
 }
 
-static void weights(rig *r, float *out)
-{
-    size_t at = 0;
-    for (int32_t i = 0; i < llmt_model_num_tensors(r->model); i++) {
-        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
-        llmt_model_tensor_info(r->model, i, &info);
-        llmt_model_get_param(r->model, info.name, out + at, (size_t)info.numel);
-        at += (size_t)info.numel;
-    }
-}
-
 static void test_adapts_to_a_budget_the_batch_does_not_fit(void **state)
 {
     (void)state;
@@ -188,9 +178,7 @@ static void test_adapts_to_a_budget_the_batch_does_not_fit(void **state)
                 a.shard_cursor == b.shard_cursor && a.window_cursor == b.window_cursor);
     /* And the weights agree to fp32 summation order. */
     size_t n = (size_t)llmt_model_num_params(free_run.model);
-    float *wa = malloc(n * sizeof *wa), *wb = malloc(n * sizeof *wb);
-    weights(&free_run, wa);
-    weights(&tight, wb);
+    float *wa = test_all_params(free_run.model), *wb = test_all_params(tight.model);
     double err = 0, mx = 0;
     for (size_t i = 0; i < n; i++) {
         err = fmax(err, fabs((double)wa[i] - wb[i]));

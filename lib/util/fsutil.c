@@ -11,7 +11,7 @@
 #include <xxhash.h>
 
 #include "llmt/common.h"
-#include "ckpt/fsutil.h"
+#include "util/fsutil.h"
 #include "ckpt/hash_pipe.h"
 #include "core/error.h"
 
@@ -88,23 +88,39 @@ int llmt_sync_dir(const char *dir)
     return LLMT_OK;
 }
 
+int llmt_sync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = !slash ? strdup(".") : strndup(path, slash == path ? 1 : (size_t)(slash - path));
+    if (!dir)
+        return llmt_fail(LLMT_ENOMEM, "%s: out of memory", path);
+    int rc = llmt_sync_dir(dir);
+    free(dir);
+    return rc ? llmt_fail_prefix(rc, "%s: written, but", path) : LLMT_OK;
+}
+
+int llmt_write_all(int fd, const void *data, size_t n, const char *path, const char *tmp)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t k = write(fd, p, n < IO_CHUNK ? n : IO_CHUNK);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return llmt_fail(LLMT_EIO, "%s: writing %s: %s", path, tmp,
+                             k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+    }
+    return LLMT_OK;
+}
+
 int llmt_write_file(const char *path, const void *data, size_t len, int sync, uint64_t *xxh3)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return llmt_fail(LLMT_EIO, "%s: cannot create: %s", path, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    int rc = LLMT_OK;
-    while (left && !rc) {
-        ssize_t k = write(fd, p, left < IO_CHUNK ? left : IO_CHUNK);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            rc = llmt_fail(LLMT_EIO, "%s: write failed: %s", path, k < 0 ? strerror(errno) : "no progress");
-        else
-            p += k, left -= (size_t)k;
-    }
+    int rc = llmt_write_all(fd, data, len, path, path);
     if (!rc && sync && fsync(fd) != 0)
         rc = llmt_fail(LLMT_EIO, "%s: fsync failed: %s", path, strerror(errno));
     if (close(fd) != 0 && !rc)

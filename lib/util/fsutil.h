@@ -1,7 +1,7 @@
-/* Small file-system helpers of the checkpoint store. Every failure is
- * LLMT_EIO with the path and the system's reason. */
-#ifndef LLMT_CKPT_FSUTIL_H
-#define LLMT_CKPT_FSUTIL_H
+/* Small file-system helpers of the writers and the checkpoint store. Every
+ * failure is LLMT_EIO with the path and the system's reason. */
+#ifndef LLMT_UTIL_FSUTIL_H
+#define LLMT_UTIL_FSUTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +15,13 @@ int llmt_remove_tree(const char *dir);
 
 /* fsyncs a directory. */
 int llmt_sync_dir(const char *dir);
+
+/* fsyncs the directory holding path, so a rename onto path survives a crash. */
+int llmt_sync_parent(const char *path);
+
+/* Writes all n bytes to fd (EINTR and short writes handled); messages name
+ * path, the file being written under the temporary name tmp. */
+int llmt_write_all(int fd, const void *data, size_t n, const char *path, const char *tmp);
 
 /* Writes len bytes to a new file path (mode 0644), fsynced when sync, and
  * returns their XXH3-64. */
