@@ -13,7 +13,7 @@
 #include <xxhash.h>
 
 #include "util/fsutil.h"
-#include "ckpt/hash_pipe.h"
+#include "util/hash_pipe.h"
 #include "ckpt/store_internal.h"
 #include "core/context_internal.h"
 #include "core/error.h"

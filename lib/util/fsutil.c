@@ -12,7 +12,7 @@
 
 #include "llmt/common.h"
 #include "util/fsutil.h"
-#include "ckpt/hash_pipe.h"
+#include "util/hash_pipe.h"
 #include "core/error.h"
 
 #define IO_CHUNK ((size_t)8 << 20)

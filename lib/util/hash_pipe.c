@@ -4,7 +4,7 @@
 #include <xxhash.h>
 
 #include "llmt/common.h"
-#include "ckpt/hash_pipe.h"
+#include "util/hash_pipe.h"
 #include "core/error.h"
 
 #define QUEUE 8

@@ -1,7 +1,7 @@
 /* A pipelined XXH3-64: the caller queues ranges of memory in order and goes
  * on (reading the next part of a file), while a thread hashes them. */
-#ifndef LLMT_CKPT_HASH_PIPE_H
-#define LLMT_CKPT_HASH_PIPE_H
+#ifndef LLMT_UTIL_HASH_PIPE_H
+#define LLMT_UTIL_HASH_PIPE_H
 
 #include <stddef.h>
 #include <stdint.h>
