@@ -90,8 +90,10 @@ LLMT_API int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *p
 
 /* Creates every part from a training configuration (model, optimizer,
  * scaler, recompute, slicer, loaders over cfg's data globs, checkpoint store
- * in cfg's directories) on ctx and a trainer that owns them. Errors as the
- * parts' constructors, naming the configuration key. */
+ * in cfg's directories) on ctx and a trainer that owns them. The context is
+ * the caller's: train.seed, train.threads, train.backend and train.device
+ * are not applied here (make ctx with them, as llmt-train does). Errors as
+ * the parts' constructors, naming the configuration key. */
 LLMT_API int llmt_trainer_create_from_config(llmt_trainer **out, llmt_context *ctx,
                                              const llmt_train_config *cfg);
 

@@ -271,12 +271,12 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
     LLMT_TRY(llmt_context_reset_peak(tr->ctx));
     LLMT_TRY(llmt_loader_next(p->loader, tr->tokens, tr->targets, (size_t)B * (size_t)T));
     double scale = p->scaler ? llmt_loss_scaler_scale(p->scaler) : 1.0;
+    LLMT_TRY(forward_backward(tr, scale, &r.loss, &r.retries));
+    /* The layout that ran the step: read after the retries, which change it. */
     r.micro_batch = p->slicer ? llmt_slicer_micro_batch(p->slicer) : B;
     r.recompute = p->model->rc_flags[0];
     for (int64_t l = 0; l < p->model->dims.layers; l++)
         r.recompute_layers += p->model->rc_flags[l] != 0;
-    LLMT_TRY(forward_backward(tr, scale, &r.loss, &r.retries));
-    r.micro_batch = p->slicer ? llmt_slicer_micro_batch(p->slicer) : B; /* after retries */
     llmt_update_report u = LLMT_UPDATE_REPORT_INIT;
     LLMT_TRY(llmt_optimizer_step(p->optimizer, p->scaler, &u));
     tr->step++;

@@ -15,7 +15,7 @@
 #include "test_context.h"
 #include "test_tensors.h"
 
-enum { B = 8, T = 32, VOCAB = 40, STEPS = 10 };
+enum { B = 8, T = 32, VOCAB = 40, LAYERS = 3, STEPS = 10 };
 
 static char root[64], shards[128];
 
@@ -69,7 +69,7 @@ static void rig_open(rig *r, int relax_window, const char *metrics)
     llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
     mc.vocab_size = VOCAB;
     mc.hidden_size = 32;
-    mc.num_layers = 3;
+    mc.num_layers = LAYERS;
     mc.num_heads = 4;
     mc.num_kv_heads = 2;
     mc.ffn_size = 64;
@@ -163,6 +163,10 @@ static void test_adapts_to_a_budget_the_batch_does_not_fit(void **state)
         loss_tight[i] = rep.loss;
         retried += rep.retries;
         assert_true(rep.micro_batch < B);
+        /* The report names the layout that ran, which fits the room. */
+        assert_true(rep.recompute != LLMT_RECOMPUTE_NONE && rep.recompute_layers > 0);
+        if (rep.recompute_layers == LAYERS)
+            assert_true(arena(&tight, rep.micro_batch, rep.recompute) <= quarter + quarter / 8);
         assert_true(fabs(loss_tight[i] - loss_free[i]) <= 1e-4 * loss_free[i]);
     }
     assert_true(retried >= 1);

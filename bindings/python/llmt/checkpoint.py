@@ -1,0 +1,123 @@
+"""The checkpoint store (llmt_ckpt_store): full training state, written
+atomically, checksummed, verified before use, newest K kept."""
+import ctypes
+import os
+from collections import namedtuple
+
+from . import _structs as S
+from ._convert import TIERS, fill_struct, init_struct, path_bytes, tier as tier_index
+from ._handle import Handle
+from ._lib import lib
+
+Loaded = namedtuple("Loaded", "step tokens_seen user_blob")
+Loaded.__doc__ = "What CheckpointStore.load restored besides the objects."
+
+Latest = namedtuple("Latest", "step tier notes")
+Latest.__doc__ = ("The newest checkpoint that verifies: its step, its tier (\"durable\" or "
+                  "\"fast\") and a line per checkpoint passed over.")
+
+
+def _state(model, optimizer, scaler, loader, step=0, tokens_seen=0):
+    st = S.new(S.llmt_train_state)
+    st.model = model._ptr
+    st.optimizer = optimizer._ptr if optimizer is not None else None
+    st.scaler = scaler._ptr if scaler is not None else None
+    st.loader = loader._ptr if loader is not None else None
+    st.step, st.tokens_seen = step, tokens_seen
+    return st
+
+
+class CheckpointStore(Handle):
+    """A directory of committed checkpoints, with an optional fast tier.
+
+    Keyword arguments are the fields of llmt_ckpt_store_config over its
+    defaults: keep (5), sync (True), fast_dir (None: no fast tier),
+    fast_keep (2). Tiers are "durable" (the default) and "fast" (or 0 / 1).
+    Objects passed to save/load: a Model (required), and optionally an
+    Optimizer, a LossScaler and a Loader.
+    """
+
+    def __init__(self, context, directory, **config):
+        cfg = init_struct(S.llmt_ckpt_store_config, lib.llmt_ckpt_store_config_init)
+        fill_struct(cfg, config, "CheckpointStore",
+                    {"fast_dir": lambda v: None if v is None else path_bytes(v),
+                     "sync": int})
+        out = ctypes.POINTER(S.llmt_ckpt_store)()
+        lib.llmt_ckpt_store_open(ctypes.byref(out), context._ptr, path_bytes(directory),
+                                 ctypes.byref(cfg))
+        self._attach(out, lib.llmt_ckpt_store_free, (context,))
+        self.directory = os.fspath(directory)
+
+    def _save(self, fn, step, model, optimizer, scaler, loader, tokens_seen, user_blob,
+              config_yaml, tier_):
+        st = _state(model, optimizer, scaler, loader, step, tokens_seen)
+        blob = bytes(user_blob or b"")
+        buf = ctypes.create_string_buffer(blob, len(blob))  # alive through the call
+        if blob:
+            st.user_blob, st.user_blob_size = ctypes.addressof(buf), len(blob)
+        st.config_yaml = config_yaml.encode() if config_yaml is not None else None
+        fn(self._ptr, ctypes.byref(st), tier_index(tier_))
+
+    def save(self, step, model, optimizer=None, scaler=None, loader=None, *, tokens_seen=0,
+             user_blob=None, config_yaml=None, tier="durable"):
+        """Saves the objects' state as checkpoint ``step`` of ``tier`` and
+        returns once it is committed."""
+        self._save(lib.llmt_ckpt_save, step, model, optimizer, scaler, loader, tokens_seen,
+                   user_blob, config_yaml, tier)
+
+    def save_async(self, step, model, optimizer=None, scaler=None, loader=None, *,
+                   tokens_seen=0, user_blob=None, config_yaml=None, tier="durable"):
+        """Like save, but returns once the state is staged; a thread of the
+        store writes it. wait() (or the next save, or close()) joins it."""
+        self._save(lib.llmt_ckpt_save_async, step, model, optimizer, scaler, loader,
+                   tokens_seen, user_blob, config_yaml, tier)
+
+    def wait(self):
+        """Waits for an async save in flight; raises its error if it failed."""
+        lib.llmt_ckpt_wait(self._ptr)
+
+    def list(self, tier="durable"):
+        """The steps of the committed checkpoints of a tier, ascending (not verified)."""
+        count = ctypes.c_size_t()
+        lib.llmt_ckpt_list(self._ptr, tier_index(tier), None, 0, ctypes.byref(count))
+        steps = (ctypes.c_int64 * max(count.value, 1))()
+        lib.llmt_ckpt_list(self._ptr, tier_index(tier), steps, len(steps), ctypes.byref(count))
+        return list(steps[:count.value])
+
+    def verify(self, step, tier="durable"):
+        """Checks a checkpoint completely; raises CorruptData (or IOFailure)
+        naming the file when it does not verify."""
+        lib.llmt_ckpt_verify(self._ptr, step, tier_index(tier))
+
+    def latest(self):
+        """The newest checkpoint over both tiers that verifies, as Latest(step,
+        tier, notes); raises NotFound when none does."""
+        step, tier_ = ctypes.c_int64(), ctypes.c_int32()
+        notes = ctypes.create_string_buffer(8192)
+        lib.llmt_ckpt_latest(self._ptr, ctypes.byref(step), ctypes.byref(tier_), notes,
+                             len(notes))
+        return Latest(step.value, TIERS[tier_.value], notes.value.decode(errors="replace"))
+
+    def path(self, step, tier="durable"):
+        """The directory of checkpoint ``step`` of ``tier``."""
+        needed = ctypes.c_size_t()
+        lib.llmt_ckpt_path(self._ptr, step, tier_index(tier), None, 0, ctypes.byref(needed))
+        out = ctypes.create_string_buffer(needed.value)
+        lib.llmt_ckpt_path(self._ptr, step, tier_index(tier), out, len(out), ctypes.byref(needed))
+        return os.fsdecode(out.value)
+
+    def load(self, step, model, optimizer=None, scaler=None, loader=None, *, tier="durable"):
+        """Loads checkpoint ``step`` of ``tier`` into the objects (which must
+        match what was saved) and returns Loaded(step, tokens_seen, user_blob)."""
+        st = _state(model, optimizer, scaler, loader)
+        # The blob's size is not asked of the library (that would load the
+        # checkpoint twice) but read from the file the format specifies; the
+        # library checks it against the manifest.
+        user_file = os.path.join(self.path(step, tier), "user.bin")
+        cap = os.path.getsize(user_file) if os.path.exists(user_file) else 0
+        buf = ctypes.create_string_buffer(cap) if cap else None
+        size = ctypes.c_size_t()
+        lib.llmt_ckpt_load(self._ptr, step, tier_index(tier), ctypes.byref(st), buf, cap,
+                           ctypes.byref(size))
+        return Loaded(st.step, st.tokens_seen, buf.raw[:size.value] if cap else b"")
+

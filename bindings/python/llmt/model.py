@@ -1,0 +1,227 @@
+"""The model, and the recompute and slicer handles on it."""
+import ctypes
+
+import numpy as np
+
+from . import _structs as S
+from ._convert import (DTYPES, PRECISIONS, dtype_name, enum, fill_struct, float32_in,
+                       init_struct, path_bytes, ptr, recompute_policy, struct_dict,
+                       tokens_array)
+from ._handle import Handle
+from ._lib import lib
+
+_MODEL_CONVERTERS = {"precision": lambda v: enum(v, PRECISIONS, "precision"),
+                     "tie_embeddings": int}
+
+
+def model_config(source):
+    """An llmt_model_config from a dict of its fields (over the defaults), a
+    Model (its configuration), or None (the defaults)."""
+    if isinstance(source, Model):
+        cfg = S.new(S.llmt_model_config)
+        lib.llmt_model_get_config(source._ptr, ctypes.byref(cfg))
+        return cfg
+    cfg = init_struct(S.llmt_model_config, lib.llmt_model_config_init)
+    return fill_struct(cfg, dict(source or {}), "model config", _MODEL_CONVERTERS)
+
+
+def _targets_for(tokens, targets):
+    t = tokens_array(targets, "targets")
+    if t.shape != tokens.shape:
+        raise ValueError(f"targets: shape {t.shape} differs from the tokens' {tokens.shape}")
+    return t
+
+
+class Model(Handle):
+    """A LLaMA-family model (llmt_model) on a Context.
+
+    Keyword arguments are the fields of llmt_model_config over its defaults:
+    vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, ffn_size,
+    max_seq_len, rms_norm_eps, rope_theta, tie_embeddings, precision ("fp32",
+    "bf16_mixed", "fp16_mixed", "bf16_pure"). Parameters are initialised from
+    the context's seed. Tokens are int32 arrays of shape (batch, seq_len);
+    parameters and gradients are float32 arrays of the tensor's shape.
+    """
+
+    def __init__(self, context, **config):
+        cfg = model_config(config)
+        out = ctypes.POINTER(S.llmt_model)()
+        lib.llmt_model_create(ctypes.byref(out), context._ptr, ctypes.byref(cfg))
+        self._attach(out, lib.llmt_model_free, (context,))
+        self.context = context
+
+    @classmethod
+    def _borrow(cls, ptr, owner, context):
+        """A Model over a handle ``owner`` owns (a trainer's model)."""
+        self = cls.__new__(cls)
+        self._attach(ptr, None, (owner,))
+        self.context = context
+        return self
+
+    @property
+    def config(self):
+        """The configuration as a dict of llmt_model_config fields."""
+        cfg = model_config(self)
+        return struct_dict(cfg, {"precision": lambda v: PRECISIONS[v]})
+
+    @property
+    def num_params(self):
+        """Parameters (elements), a tied embedding counted once."""
+        return lib.llmt_model_num_params(self._ptr)
+
+    def _info(self, index):
+        info = S.new(S.llmt_tensor_info)
+        lib.llmt_model_tensor_info(self._ptr, index, ctypes.byref(info))
+        return info
+
+    def tensors(self):
+        """The parameter tensors as (name, shape, dtype name) tuples, e.g.
+        ("model.embed_tokens.weight", (256, 128), "F32")."""
+        out = []
+        for i in range(lib.llmt_model_num_tensors(self._ptr)):
+            info = self._info(i)
+            out.append((info.name.decode(), tuple(info.shape[:info.ndim]),
+                        dtype_name(info.dtype)))
+        return out
+
+    def tensor_index(self, name):
+        """The index of the tensor with this Hugging Face name (NotFound if none)."""
+        index = ctypes.c_int32()
+        lib.llmt_model_tensor_find(self._ptr, name.encode(), ctypes.byref(index))
+        return index.value
+
+    def _shape(self, name):
+        info = self._info(self.tensor_index(name))
+        return tuple(info.shape[:info.ndim])
+
+    def _get(self, fn, name):
+        out = np.empty(self._shape(name), dtype=np.float32)
+        fn(self._ptr, name.encode(), ptr(out, ctypes.c_float), out.size)
+        return out
+
+    def _set(self, fn, name, values):
+        a = float32_in(values, self._shape(name), name)
+        fn(self._ptr, name.encode(), ptr(a, ctypes.c_float), a.size)
+
+    def get_param(self, name):
+        """A parameter as a float32 array (widened from its storage dtype)."""
+        return self._get(lib.llmt_model_get_param, name)
+
+    def set_param(self, name, values):
+        """Sets a parameter from float32 values (rounded to nearest even in
+        bf16/f16 storage)."""
+        self._set(lib.llmt_model_set_param, name, values)
+
+    def get_grad(self, name):
+        """A parameter's gradient as a float32 array."""
+        return self._get(lib.llmt_model_get_grad, name)
+
+    def set_grad(self, name, values):
+        """Sets a parameter's gradient from float32 values."""
+        self._set(lib.llmt_model_set_grad, name, values)
+
+    def forward_backward(self, tokens, targets, grad_scale=1.0, normaliser=0.0):
+        """Forward, cross-entropy and backward of one micro-batch, ADDING the
+        gradient of grad_scale * sum(loss) / normaliser (<= 0: this batch's
+        count of targets; -1 targets are ignored). Returns the mean loss."""
+        tok = tokens_array(tokens)
+        tgt = _targets_for(tok, targets)
+        loss = ctypes.c_double()
+        lib.llmt_model_forward_backward(self._ptr, ptr(tok, ctypes.c_int32),
+                                        ptr(tgt, ctypes.c_int32), tok.shape[0], tok.shape[1],
+                                        grad_scale, normaliser, ctypes.byref(loss))
+        return loss.value
+
+    def forward(self, tokens, targets):
+        """The mean loss over the counted targets; gradients untouched."""
+        tok = tokens_array(tokens)
+        tgt = _targets_for(tok, targets)
+        loss = ctypes.c_double()
+        lib.llmt_model_forward(self._ptr, ptr(tok, ctypes.c_int32), ptr(tgt, ctypes.c_int32),
+                               tok.shape[0], tok.shape[1], ctypes.byref(loss))
+        return loss.value
+
+    def logits(self, tokens):
+        """The fp32 logits of every position: shape (batch, seq_len, vocab_size)."""
+        tok = tokens_array(tokens)
+        out = np.empty(tok.shape + (self.config["vocab_size"],), dtype=np.float32)
+        lib.llmt_model_logits(self._ptr, ptr(tok, ctypes.c_int32), tok.shape[0], tok.shape[1],
+                              ptr(out, ctypes.c_float), out.size)
+        return out
+
+    def zero_grads(self):
+        """Sets every gradient to zero."""
+        lib.llmt_model_zero_grads(self._ptr)
+
+    def reserve_activations(self, batch, seq_len):
+        """Allocates the activation arena for micro-batches up to batch x seq_len."""
+        lib.llmt_model_reserve_activations(self._ptr, batch, seq_len)
+
+    def release_activations(self):
+        """Frees the activation arena."""
+        lib.llmt_model_release_activations(self._ptr)
+
+    def save_safetensors(self, path, dtype="F32"):
+        """Writes the weights as safetensors (dtype "F32", "BF16" or "F16")."""
+        lib.llmt_model_save_safetensors(self._ptr, path_bytes(path), enum(dtype, DTYPES, "dtype"))
+
+    def load_safetensors(self, path):
+        """Reads weights from a safetensors file of the same names and shapes."""
+        lib.llmt_model_load_safetensors(self._ptr, path_bytes(path))
+
+
+class Recompute(Handle):
+    """A handle on a model's per-layer recompute policy (llmt_recompute).
+
+    Policies are flags: an int, or "none", "attn_core", "ffn_act", "ffn",
+    "full" joined by '+'. Changes take effect at the next forward.
+    """
+
+    def __init__(self, model):
+        out = ctypes.POINTER(S.llmt_recompute)()
+        lib.llmt_recompute_create(ctypes.byref(out), model._ptr)
+        self._attach(out, lib.llmt_recompute_free, (model,))
+        self.model = model
+
+    def set_layers(self, policy, first=0, count=-1):
+        """Sets the policy of layers [first, first + count) (count -1: to the last)."""
+        lib.llmt_recompute_set_layers(self._ptr, first, count, recompute_policy(policy))
+
+    def layer(self, index):
+        """The policy flags of one layer."""
+        return lib.llmt_recompute_get_layer(self._ptr, index)
+
+    def policies(self):
+        """The policy flags of every layer."""
+        return [self.layer(i) for i in range(self.model.config["num_layers"])]
+
+
+class Slicer(Handle):
+    """Runs global batches as micro-batches of at most ``micro_batch``
+    sequences, accumulating into the model's gradients (llmt_slicer)."""
+
+    def __init__(self, model, micro_batch):
+        out = ctypes.POINTER(S.llmt_slicer)()
+        lib.llmt_slicer_create(ctypes.byref(out), model._ptr, micro_batch)
+        self._attach(out, lib.llmt_slicer_free, (model,))
+        self.model = model
+
+    @property
+    def micro_batch(self):
+        """Sequences per forward/backward; assignable."""
+        return lib.llmt_slicer_micro_batch(self._ptr)
+
+    @micro_batch.setter
+    def micro_batch(self, value):
+        lib.llmt_slicer_set_micro_batch(self._ptr, value)
+
+    def forward_backward(self, tokens, targets, grad_scale=1.0):
+        """Forward and backward of a global batch in micro-batches, adding the
+        gradient of grad_scale * (mean loss); returns the batch's mean loss."""
+        tok = tokens_array(tokens)
+        tgt = _targets_for(tok, targets)
+        loss = ctypes.c_double()
+        lib.llmt_slicer_forward_backward(self._ptr, ptr(tok, ctypes.c_int32),
+                                         ptr(tgt, ctypes.c_int32), tok.shape[0], tok.shape[1],
+                                         grad_scale, ctypes.byref(loss))
+        return loss.value

@@ -1,0 +1,57 @@
+"""The memory planner: the bytes of every category a configuration needs,
+computed without allocating (llmt_plan_compute, llmt_plan_fit)."""
+import ctypes
+from dataclasses import dataclass
+
+from . import _structs as S
+from ._convert import fill_struct, init_struct, recompute_policy
+from ._lib import lib
+from .context import category_dict
+from .model import model_config
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: ``bytes`` per memory category ({"params": ..., ...}), ``peak``
+    (all categories at once) and ``num_params``."""
+    bytes: dict
+    peak: int
+    num_params: int
+
+
+def _plan_config(model, layer_recompute, config):
+    cfg = init_struct(S.llmt_plan_config, lib.llmt_plan_config_init)
+    cfg.model = model_config(model)
+    fill_struct(cfg, config, "plan", {"recompute": recompute_policy, "with_optimizer": int})
+    keep = None
+    if layer_recompute is not None:
+        keep = (ctypes.c_int32 * len(layer_recompute))(
+            *[recompute_policy(p) for p in layer_recompute])
+        cfg.layer_recompute = keep
+    return cfg, keep
+
+
+def plan(context, model=None, layer_recompute=None, **config):
+    """Plans a configuration for the backend and threads of ``context``.
+
+    ``model`` is a dict of llmt_model_config fields (over the defaults) or a
+    Model; ``layer_recompute`` an optional policy per layer; the other
+    keyword arguments are the fields of llmt_plan_config: recompute (every
+    layer's policy), micro_batch, seq_len, with_optimizer. Returns a Plan.
+    """
+    cfg, _keep = _plan_config(model, layer_recompute, config)
+    out = S.new(S.llmt_plan)
+    lib.llmt_plan_compute(context._ptr, ctypes.byref(cfg), ctypes.byref(out))
+    return Plan(category_dict(out.bytes), out.peak, out.num_params)
+
+
+def plan_fit(context, budget, model=None, layer_recompute=None, **config):
+    """The largest micro-batch (from ``micro_batch``, halving) and for it the
+    lightest recompute policy whose plan fits ``budget`` bytes, as
+    (micro_batch, recompute flags). Raises OutOfMemory with the smallest
+    plan's peak when nothing fits. Arguments as plan()."""
+    cfg, _keep = _plan_config(model, layer_recompute, config)
+    micro, policy = ctypes.c_int32(), ctypes.c_int32()
+    lib.llmt_plan_fit(context._ptr, ctypes.byref(cfg), budget, ctypes.byref(micro),
+                      ctypes.byref(policy))
+    return micro.value, policy.value

@@ -1,0 +1,61 @@
+"""The planner from Python: known numbers, the measured peak, plan_fit."""
+import pytest
+
+import llmt
+from conftest import SMALL_MODEL
+
+
+def expected_params(vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, ffn_size,
+                    tied, **_):
+    d, kv = hidden_size, hidden_size // num_heads * num_kv_heads
+    layer = 2 * d + d * d + 2 * d * kv + d * d + 3 * d * ffn_size
+    return vocab_size * d * (1 if tied else 2) + num_layers * layer + d
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_plan_known_numbers(ctx, tied):
+    p = llmt.plan(ctx, model=dict(SMALL_MODEL, tie_embeddings=tied), micro_batch=2, seq_len=32)
+    n = expected_params(**SMALL_MODEL, tied=tied)
+    assert p.num_params == n
+    assert (p.bytes["params"], p.bytes["grads"], p.bytes["optimizer"]) == (4 * n, 4 * n, 8 * n)
+    assert p.bytes["activations"] > 0 and p.bytes["staging"] == 0
+    assert p.peak == sum(p.bytes.values())  # every category at its peak at once
+    bf16 = llmt.plan(ctx, model=dict(SMALL_MODEL, tie_embeddings=tied, precision="bf16_pure"),
+                     micro_batch=2, seq_len=32, with_optimizer=False)
+    assert (bf16.bytes["params"], bf16.bytes["optimizer"]) == (2 * n, 0)
+    assert ctx.memory_stats()["total"]["peak"] == 0  # planning allocated nothing
+    assert llmt.Model(ctx, **SMALL_MODEL, tie_embeddings=tied).num_params == n
+
+
+@pytest.mark.parametrize("recompute, micro", [("none", 4), ("ffn_act+attn_core", 2),
+                                               ("full", 1)])
+def test_plan_equals_the_measured_peak(shards, recompute, micro):
+    with llmt.Context(num_threads=2, seed=3) as ctx:
+        p = llmt.plan(ctx, model=SMALL_MODEL, recompute=recompute, micro_batch=micro,
+                      seq_len=32)
+        model = llmt.Model(ctx, **SMALL_MODEL)
+        opt = llmt.Optimizer(model)
+        llmt.Recompute(model).set_layers(recompute)
+        slicer = llmt.Slicer(model, micro)
+        loader = llmt.Loader(ctx, shards["train"], batch_size=4, seq_len=32, vocab_size=260)
+        for _ in range(2):
+            model.zero_grads()
+            slicer.forward_backward(*loader.next())
+            opt.step()
+        stats = ctx.memory_stats()
+        assert {c: stats[c]["peak"] for c in llmt.CATEGORIES} == p.bytes
+        assert stats["total"]["peak"] == p.peak
+        assert llmt.plan(ctx, model=model, recompute=recompute, micro_batch=micro,
+                         seq_len=32) == p
+
+
+def test_layer_recompute_and_plan_fit(ctx):
+    args = dict(model=SMALL_MODEL, micro_batch=8, seq_len=32)
+    none, full = llmt.plan(ctx, **args), llmt.plan(ctx, recompute="full", **args)
+    mixed = llmt.plan(ctx, layer_recompute=["full", "none"], **args)
+    assert full.peak < mixed.peak < none.peak
+    assert llmt.plan_fit(ctx, none.peak, **args) == (8, 0)
+    assert llmt.plan_fit(ctx, none.peak - 1, **args) == (8, 2)  # ffn_act
+    assert llmt.recompute_policy_name(2) == "ffn_act"
+    with pytest.raises(llmt.OutOfMemory, match="micro-batch 1 with full recompute needs"):
+        llmt.plan_fit(ctx, 1000, **args)
