@@ -7,10 +7,15 @@
  * model on the licence texts every Debian system has
  * (/usr/share/common-licenses, /usr/share/doc/x/copyright), tokenized into
  * DIR/data on first use. Run again with the same --out, it resumes from the
- * newest valid checkpoint. Ctrl-C saves a checkpoint and stops. */
+ * newest valid checkpoint. Ctrl-C saves a checkpoint and stops. The fast
+ * tier goes to /dev/shm (memory) unless the configuration names a directory;
+ * that default one is removed when the run ends with its durable checkpoint,
+ * so finished runs do not hold memory. */
 #define _DEFAULT_SOURCE
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <glob.h>
 #include <math.h>
 #include <signal.h>
@@ -184,6 +189,22 @@ typedef struct progress {
     int64_t first_step;
 } progress;
 
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Removes the default fast-tier directory after the final durable save: its
+ * checkpoints are no newer than that one. */
+static void remove_fast_tier(const char *dir)
+{
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        fprintf(stderr, PROG ": cannot remove the fast tier %s: %s\n", dir, strerror(errno));
+}
+
 static int on_step(void *user, const llmt_step_report *r)
 {
     progress *p = user;
@@ -288,7 +309,9 @@ int main(int argc, char **argv)
     }
     default_path(cfg.checkpoint_dir, out, "checkpoints");
     default_path(cfg.metrics, out, "metrics.jsonl");
+    int default_fast_dir = 0;
     if (!cfg.fast_checkpoint_dir[0] && cfg.fast_checkpoint_every && access("/dev/shm", W_OK) == 0) {
+        default_fast_dir = 1;
         char real[4096];
         unsigned long h = 5381;
         const char *name = realpath(out, real) ? real : out;
@@ -328,6 +351,10 @@ int main(int argc, char **argv)
                "held-out text %.3f nats\n", PROG, (long long)llmt_model_num_params(llmt_trainer_model(tr)),
                config_path ? config_path : "default config", from >= 0 ? "resuming" : "starting",
                (long long)llmt_trainer_step_index(tr), (long long)cfg.steps, h);
+        if (cfg.fast_checkpoint_every)
+            printf("fast tier: %s, every %lld steps\n", cfg.fast_checkpoint_dir,
+                   (long long)cfg.fast_checkpoint_every);
+        fflush(stdout);
         signal(SIGINT, on_sigint);
         progress p = {cfg.steps, cfg.log_every, 0, 0, llmt_trainer_step_index(tr)};
         llmt_trainer_set_callback(tr, on_step, &p);
@@ -349,7 +376,9 @@ int main(int argc, char **argv)
         if (sample(tr, "The ", 120, text, sizeof text) == 0)
             printf("sample: The %s\n", text);
     }
-    llmt_trainer_free(tr);
+    llmt_trainer_free(tr); /* waits for a fast save in flight */
     llmt_context_free(ctx);
+    if (!rc && default_fast_dir)
+        remove_fast_tier(cfg.fast_checkpoint_dir);
     return rc ? 1 : interrupted ? 130 : 0;
 }

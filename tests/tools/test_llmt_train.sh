@@ -8,7 +8,10 @@ set -eu
 train=$1
 steps=40
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"; rm -rf /dev/shm/llmt-train-*-test-$$ 2>/dev/null || true' EXIT
+# The fast tier of each run lives in /dev/shm under a name llmt-train
+# prints; a run that ends removes it, the trap covers the ones that fail.
+fast_dirs() { sed -n 's/^fast tier: \(.*\), every.*/\1/p' "$tmp"/*.log 2>/dev/null; }
+trap 'fast_dirs | while read -r d; do rm -rf "$d"; done; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$train" --out "$tmp/straight" --steps $steps > "$tmp/straight.log" 2>&1 ||
@@ -21,15 +24,20 @@ awk -v f="$final" -v h="$entropy" 'BEGIN { exit !(f < h) }' ||
     fail "held-out loss $final is not below the unigram entropy $entropy after $steps steps"
 grep -q "^sample: The " "$tmp/straight.log" || fail "no sample"
 
-# Killed part-way: wait for step 15 in the metrics, then SIGKILL.
+# Killed part-way: once step 15 is in the metrics and the step-10 fast
+# checkpoint is committed (its directory has its final name), SIGKILL.
 "$train" --out "$tmp/killed" --steps $steps > "$tmp/killed1.log" 2>&1 &
 pid=$!
 steps_logged() {
     c=$(grep -c '^{"step":' "$tmp/killed/metrics.jsonl" 2>/dev/null || true)
     echo "${c:-0}"
 }
+fast_committed() {
+    d=$(sed -n 's/^fast tier: \(.*\), every.*/\1/p' "$tmp/killed1.log")
+    [ -n "$d" ] && [ -d "$d/step-00000010" ]
+}
 n=0
-while [ "$(steps_logged)" -lt 15 ]; do
+while [ "$(steps_logged)" -lt 15 ] || ! fast_committed; do
     sleep 0.2
     n=$((n + 1))
     [ $n -lt 1500 ] || { kill -9 $pid; fail "no progress"; }
@@ -40,6 +48,11 @@ wait $pid 2>/dev/null || true
 "$train" --out "$tmp/killed" --steps $steps > "$tmp/killed2.log" 2>&1 ||
     fail "resumed run: $(tail -5 "$tmp/killed2.log")"
 grep -q "resuming at step" "$tmp/killed2.log" || fail "did not resume: $(head -5 "$tmp/killed2.log")"
+for d in $(fast_dirs); do
+    case $d in /dev/shm/llmt-train-*) ;; *) fail "fast tier outside /dev/shm: $d" ;; esac
+    [ ! -e "$d" ] || fail "the fast tier $d is left behind after the run ended"
+done
+[ "$(fast_dirs | sort -u | wc -l)" -eq 2 ] || fail "expected two fast tiers: $(fast_dirs)"
 
 last=$(printf 'step-%08d' $steps)
 for f in model.safetensors optimizer.safetensors user.bin; do
