@@ -1,0 +1,167 @@
+/* GEMM with cuBLASLt: fp32, bf16 and fp16 operands, fp32 accumulation
+ * (CUBLAS_COMPUTE_32F; for fp32 operands that is true fp32, no TF32).
+ *
+ * cuBLASLt is column-major. A row-major matrix X with leading dimension ld
+ * is the column-major X^T with the same ld, so the row-major product
+ *   C[m,n] = op(A) op(B)   is computed as the column-major   C^T[n,m] = op(B)^T op(A)^T,
+ * i.e. cuBLASLt's "A" is our B (transposed iff trans_b) and its "B" is our A
+ * (transposed iff trans_a), with M = n, N = m. beta = 1 accumulates into the
+ * existing C (weight gradients, the residual stream).
+ *
+ * The algorithm comes from cuBLASLt's heuristic, asked once per shape and
+ * remembered; the heuristic is told the real alignment of each pointer
+ * (its default assumes 256 bytes, which a pointer into the middle of a qkv
+ * row does not have). cuBLASLt gives the same bits for the same algorithm,
+ * shapes and GPU, so the step stays deterministic. */
+#include <string.h>
+
+#include "cuda_kernels.cuh"
+
+size_t llmt_cuda_gemm_scratch(void)
+{
+    return LLMT_CUDA_GEMM_WORKSPACE + LLMT_CUDA_ALIGN;
+}
+
+static cudaDataType_t cuda_type(int dt)
+{
+    return dt == LLMT_DTYPE_BF16 ? CUDA_R_16BF : dt == LLMT_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Largest power of two, up to 256, that divides the address. */
+static uint32_t alignment_of(const void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    uint32_t a = 256;
+    while (a > 1 && u % a)
+        a >>= 1;
+    return a;
+}
+
+/* C = beta C over an m x n block (a product with k = 0). */
+template <typename T>
+__global__ void scale_kernel(T *c, int64_t m, int64_t n, int64_t ldc, float beta)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        T *p = c + (i / n) * ldc + i % n;
+        *p = from_f32<T>(beta == 0.0f ? 0.0f : beta * to_f32(*p));
+    }
+}
+
+/* Descriptors of one call, released on every path. */
+struct lt_call {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~lt_call()
+    {
+        if (pref)
+            cublasLtMatmulPreferenceDestroy(pref);
+        if (lc)
+            cublasLtMatrixLayoutDestroy(lc);
+        if (lb)
+            cublasLtMatrixLayoutDestroy(lb);
+        if (la)
+            cublasLtMatrixLayoutDestroy(la);
+        if (desc)
+            cublasLtMatmulDescDestroy(desc);
+    }
+};
+
+int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
+                     int64_t n, int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                     int64_t ldb, int ab_dt, float beta, void *c, int64_t ldc, int c_dt,
+                     void *scratch)
+{
+    llmt_cuda_backend *cb = llmt_cuda(dev);
+    LLMT_CUDA_CHECK_DT(dev, ab_dt, op);
+    LLMT_CUDA_CHECK_DT(dev, c_dt, op);
+    if (m <= 0 || n <= 0)
+        return LLMT_OK;
+    if (k <= 0) {
+        LLMT_CUDA_DISPATCH(c_dt, T,
+                           LLMT_LAUNCH(llmt_cuda_blocks(m * n, 256), 256, cb->stream,
+                                       scale_kernel<T>)((T *)c, m, n, ldc, beta));
+        LLMT_CUDA_LAUNCHED(dev, op);
+        return LLMT_OK;
+    }
+    void *workspace = scratch ? llmt_cuda_align_ptr(scratch) : NULL;
+    uint64_t ws_bytes = scratch ? LLMT_CUDA_GEMM_WORKSPACE : 0;
+
+    /* cuBLASLt's A is our B, its B our A (see the top of the file). */
+    const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    lt_call call;
+    LLMT_CUBLAS_CHECK(dev, cublasLtMatmulDescCreate(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                      op);
+    LLMT_CUBLAS_CHECK(dev, cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                          &op_a, sizeof op_a), op);
+    LLMT_CUBLAS_CHECK(dev, cublasLtMatmulDescSetAttribute(call.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                          &op_b, sizeof op_b), op);
+    /* Stored (pre-op) shapes, column-major: rows x cols with leading dimension ld. */
+    LLMT_CUBLAS_CHECK(dev, cublasLtMatrixLayoutCreate(&call.la, cuda_type(ab_dt),
+                                                      (uint64_t)(trans_b ? k : n),
+                                                      (uint64_t)(trans_b ? n : k), ldb), op);
+    LLMT_CUBLAS_CHECK(dev, cublasLtMatrixLayoutCreate(&call.lb, cuda_type(ab_dt),
+                                                      (uint64_t)(trans_a ? m : k),
+                                                      (uint64_t)(trans_a ? k : m), lda), op);
+    LLMT_CUBLAS_CHECK(dev, cublasLtMatrixLayoutCreate(&call.lc, cuda_type(c_dt), (uint64_t)n,
+                                                      (uint64_t)m, ldc), op);
+
+    llmt_cuda_gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+    key.trans_a = trans_a != 0, key.trans_b = trans_b != 0, key.ab_dt = ab_dt, key.c_dt = c_dt;
+    key.align_a = alignment_of(a), key.align_b = alignment_of(b), key.align_c = alignment_of(c);
+    key.pad = scratch != NULL;
+    const cublasLtMatmulAlgo_t *algo = NULL;
+    for (int i = 0; i < cb->gemm_cached && !algo; i++)
+        if (memcmp(&cb->gemm_cache[i].key, &key, sizeof key) == 0)
+            algo = &cb->gemm_cache[i].algo;
+    if (!algo) {
+        LLMT_CUBLAS_CHECK(dev, cublasLtMatmulPreferenceCreate(&call.pref), op);
+        LLMT_CUBLAS_CHECK(dev, cublasLtMatmulPreferenceSetAttribute(
+                                   call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                   sizeof ws_bytes), op);
+        /* Our A is cuBLASLt's B and the other way round. */
+        const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        const uint32_t aligns[4] = {key.align_b, key.align_a, key.align_c, key.align_c};
+        for (int i = 0; i < 4; i++)
+            LLMT_CUBLAS_CHECK(dev, cublasLtMatmulPreferenceSetAttribute(call.pref, attrs[i],
+                                                                        &aligns[i],
+                                                                        sizeof aligns[i]), op);
+        cublasLtMatmulHeuristicResult_t result;
+        memset(&result, 0, sizeof result);
+        int found = 0;
+        LLMT_CUBLAS_CHECK(dev, cublasLtMatmulAlgoGetHeuristic(cb->lt, call.desc, call.la, call.lb,
+                                                              call.lc, call.lc, call.pref, 1,
+                                                              &result, &found), op);
+        if (found < 1)
+            return cb->host->fail(LLMT_ECUDA, "CUDA %s: cuBLASLt has no algorithm for %lld x "
+                                  "%lld x %lld (%s%s, operands %s, result %s)", op,
+                                  (long long)m, (long long)n, (long long)k, trans_a ? "A^T " : "A ",
+                                  trans_b ? "B^T" : "B", llmt_cuda_dt_name(ab_dt),
+                                  llmt_cuda_dt_name(c_dt));
+        int slot = cb->gemm_next;
+        cb->gemm_next = (cb->gemm_next + 1) % LLMT_CUDA_GEMM_CACHE;
+        if (cb->gemm_cached < LLMT_CUDA_GEMM_CACHE)
+            cb->gemm_cached++;
+        cb->gemm_cache[slot].key = key;
+        cb->gemm_cache[slot].algo = result.algo;
+        algo = &cb->gemm_cache[slot].algo;
+    }
+    LLMT_CUBLAS_CHECK(dev, cublasLtMatmul(cb->lt, call.desc, &alpha, b, call.la, a, call.lb, &beta,
+                                          c, call.lc, c, call.lc, algo, workspace, ws_bytes,
+                                          cb->stream), op);
+    return LLMT_OK;
+}
+
+int llmt_cuda_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                   float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
+                   void *c, int64_t ldc, int dt, void *scratch)
+{
+    return llmt_cuda_matmul(dev, "gemm", trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, dt,
+                            beta, c, ldc, dt, scratch);
+}
