@@ -111,8 +111,8 @@ typedef struct llmt_step_report {
     double lr;
     double loss_scale;
     int32_t skipped;          /* 1: overflow skipped the update */
-    double seconds;           /* wall time of the step */
-    double tokens_per_second;
+    double seconds;           /* wall time of the step, evaluation and saves included */
+    double tokens_per_second; /* batch tokens / time of forward, backward and update */
     int32_t micro_batch;      /* in use during the step */
     int32_t recompute;        /* policy flags of layer 0 during the step */
     int32_t recompute_layers; /* layers with any recompute during the step */

@@ -279,6 +279,8 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
         r.recompute_layers += p->model->rc_flags[l] != 0;
     llmt_update_report u = LLMT_UPDATE_REPORT_INIT;
     LLMT_TRY(llmt_optimizer_step(p->optimizer, p->scaler, &u));
+    /* Training throughput: evaluation and checkpoints below are not in it. */
+    r.tokens_per_second = (double)B * T / (now_seconds() - t0);
     tr->step++;
     tr->tokens_seen += (int64_t)B * T;
 
@@ -309,7 +311,6 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
     r.loss_scale = u.loss_scale;
     r.skipped = u.skipped;
     r.seconds = now_seconds() - t0;
-    r.tokens_per_second = (double)B * T / r.seconds;
     r.tokens_seen = tr->tokens_seen;
     llmt_metrics_step(tr, &r);
     if (report)

@@ -1,12 +1,12 @@
 /* Activation memory and step time of each recompute policy, measured in one
  * run on the benchmark model (dim 512, 8 layers, 8 heads, FFN 1408, vocab
- * 8192, B=4, T=512): the peak of the ACTIVATIONS category after a step, and
+ * 8192; B=4, T=512 unless told): the peak of the ACTIVATIONS category after a step, and
  * the step time (zero grads, forward, backward, AdamW) relative to NONE.
  * Policies are measured in rounds (each round runs every policy once) so
  * that drift of the machine's speed affects them alike; each measurement
  * follows an untimed step that touches the freshly laid-out arena.
  *
- * Usage: bench_recompute [rounds] [threads] [fp32|bf16] */
+ * Usage: bench_recompute [rounds (at most 16)] [threads] [fp32|bf16] [B T] */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,9 +22,14 @@ static const int32_t policies[] = {
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    rounds = rounds < 1 ? 1 : rounds > 16 ? 16 : rounds;
     int threads = argc > 2 ? atoi(argv[2]) : 2;
     int precision = argc > 3 && !strcmp(argv[3], "bf16") ? LLMT_PRECISION_BF16_MIXED : LLMT_PRECISION_FP32;
-    const int B = 4, T = 512;
+    const int B = argc > 5 ? atoi(argv[4]) : 4, T = argc > 5 ? atoi(argv[5]) : 512;
+    if (B < 1 || T < 1) {
+        fprintf(stderr, "bench_recompute: B and T must be positive\n");
+        return 1;
+    }
     llmt_model_config c = LLMT_MODEL_CONFIG_INIT;
     c.vocab_size = 8192, c.hidden_size = 512, c.num_layers = 8, c.num_heads = 8;
     c.num_kv_heads = 8, c.ffn_size = 1408, c.max_seq_len = T, c.precision = precision;
@@ -47,7 +52,7 @@ int main(int argc, char **argv)
     }
     double times[NP][16];
     uint64_t act[NP] = {0};
-    for (int r = 0; r < rounds && r < 16; r++) {
+    for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < NP; k++) {
             llmt_recompute_set_layers(rc, 0, -1, policies[k]);
             llmt_model_reserve_activations(m, B, T);
@@ -67,8 +72,7 @@ int main(int argc, char **argv)
             llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
             llmt_context_memory_stats(ctx, &s);
             act[k] = s.peak[LLMT_MEM_ACTIVATIONS];
-            if (r >= 0)
-                times[k][r] = t;
+            times[k][r] = t;
         }
     }
     double base = bench_median(times[0], rounds);
