@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "test_rand.h"
 #include "test_tensors.h"
 
 enum { WEIGHTS, GRADS, STATE };
@@ -39,4 +40,22 @@ float *test_all_grads(llmt_model *m)
 float *test_all_state(llmt_optimizer *o, llmt_model *m, int kind)
 {
     return gather(m, o, STATE, kind);
+}
+
+void test_randomize_params(llmt_model *m, uint64_t seed, double matrix_std)
+{
+    uint64_t s = seed;
+    for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
+        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
+        llmt_model_tensor_info(m, i, &info);
+        float *v = malloc((size_t)info.numel * sizeof *v);
+        int norm = info.ndim == 1;
+        for (int64_t j = 0; j < info.numel; j++)
+            v[j] = (float)(norm ? 1.0 + 0.1 * trand_normal(&s) : matrix_std * trand_normal(&s));
+        if (llmt_model_set_param(m, info.name, v, (size_t)info.numel) != LLMT_OK) {
+            fprintf(stderr, "test_tensors: %s: %s\n", info.name, llmt_error_last());
+            abort();
+        }
+        free(v);
+    }
 }

@@ -18,8 +18,10 @@
 #include "test_util.h"
 
 #include "llmt/llmt.h"
+#include "test_batch.h"
 #include "test_context.h"
 #include "test_rand.h"
+#include "test_tensors.h"
 
 enum { B = 4, T = 64, VOCAB = 96, STEPS = 50, SEED = 5 };
 
@@ -61,42 +63,10 @@ static llmt_model_config config(int precision, int tied)
     return c;
 }
 
-/* Replaces the weights with test-drawn ones large enough that attention is
- * far from uniform and the layers far from linear: matrices N(0, 0.1^2),
- * norms 1 + N(0, 0.1^2). */
-static void randomize(llmt_model *m, uint64_t seed)
-{
-    uint64_t s = seed;
-    for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
-        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
-        assert_int_equal(llmt_model_tensor_info(m, i, &info), LLMT_OK);
-        float *v = malloc((size_t)info.numel * sizeof *v);
-        for (int64_t j = 0; j < info.numel; j++)
-            v[j] = (float)(info.ndim == 1 ? 1.0 + 0.1 * trand_normal(&s) : 0.1 * trand_normal(&s));
-        assert_int_equal(llmt_model_set_param(m, info.name, v, (size_t)info.numel), LLMT_OK);
-        free(v);
-    }
-}
-
-/* A learnable stream (as test_precision): each token mostly determines the
- * next; a few targets are ignored. */
+/* The learnable stream of test_batch.h, with a few targets ignored. */
 static void make_batch(int step, int32_t *tokens, int32_t *targets)
 {
-    uint64_t s = 0x9e3779b97f4a7c15ULL * (uint64_t)(step % 16 + 1);
-    for (int b = 0; b < B; b++) {
-        int32_t tok = (int32_t)((s >> 7) % VOCAB);
-        for (int t = 0; t <= T; t++) {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            int32_t next = (s % 8 == 0) ? (int32_t)((s >> 9) % VOCAB) : (tok * 5 + 3) % VOCAB;
-            if (t < T)
-                tokens[b * T + t] = tok;
-            if (t > 0)
-                targets[b * T + t - 1] = tok;
-            tok = next;
-        }
-    }
+    test_learnable_batch(step, B, T, VOCAB, tokens, targets);
     targets[3] = targets[T + 7] = -1;
 }
 
@@ -130,7 +100,7 @@ static void gradients_match(int precision, int tied, double tol)
     make_batch(3, tokens, targets);
     for (int k = 0; k < 2; k++) {
         assert_int_equal(llmt_model_create(&m[k], ctx[k], &c), LLMT_OK);
-        randomize(m[k], 77);
+        test_randomize_params(m[k], 77, 0.1);
         assert_int_equal(llmt_model_forward_backward(m[k], tokens, targets, B, T, 1.0, 0.0,
                                                      &loss[k]), LLMT_OK);
     }
@@ -320,7 +290,7 @@ static void test_recompute_same_bits(void **state)
     llmt_model *m = NULL;
     llmt_recompute *rc = NULL;
     assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
-    randomize(m, 78);
+    test_randomize_params(m, 78, 0.1);
     assert_int_equal(llmt_recompute_create(&rc, m), LLMT_OK);
     int32_t tokens[B * T], targets[B * T];
     make_batch(5, tokens, targets);
@@ -361,7 +331,7 @@ static void test_safetensors_roundtrip(void **state)
     llmt_model *m[2];
     for (int k = 0; k < 2; k++)
         assert_int_equal(llmt_model_create(&m[k], ctx, &c), LLMT_OK);
-    randomize(m[0], 79);
+    test_randomize_params(m[0], 79, 0.1);
     char path[] = "/tmp/llmt_cuda_model_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);

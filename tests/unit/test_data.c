@@ -16,6 +16,7 @@
 #include "llmt/llmt.h"
 #include "test_context.h"
 #include "test_rand.h"
+#include "util/fsutil.h"
 
 static char dir[64]; /* made by setup, removed by teardown */
 
@@ -28,27 +29,6 @@ static const char *path_of(const char *name)
     return p;
 }
 
-static void remove_tree(const char *d)
-{
-    DIR *h = opendir(d);
-    if (!h)
-        return;
-    struct dirent *e;
-    while ((e = readdir(h))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", d, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(h);
-    rmdir(d);
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -59,7 +39,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    remove_tree(dir);
+    llmt_remove_tree(dir);
     return 0;
 }
 

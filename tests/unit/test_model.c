@@ -33,23 +33,6 @@ static llmt_model_config tiny_config(int tied)
     return c;
 }
 
-/* Replaces every weight with a test-drawn value large enough that the model
- * is far from linear: matrices N(0, 0.3^2), norms 1 + N(0, 0.1^2). */
-static void randomize(llmt_model *m, uint64_t seed)
-{
-    uint64_t s = seed;
-    for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
-        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
-        assert_int_equal(llmt_model_tensor_info(m, i, &info), LLMT_OK);
-        float *v = malloc((size_t)info.numel * sizeof *v);
-        int norm = info.ndim == 1;
-        for (int64_t j = 0; j < info.numel; j++)
-            v[j] = (float)(norm ? 1.0 + 0.1 * trand_normal(&s) : 0.3 * trand_normal(&s));
-        assert_int_equal(llmt_model_set_param(m, info.name, v, (size_t)info.numel), LLMT_OK);
-        free(v);
-    }
-}
-
 static void random_tokens(int32_t *t, int n, int vocab, uint64_t seed)
 {
     uint64_t s = seed;
@@ -147,7 +130,7 @@ static void test_forward_matches_reference(void **state)
             c.num_kv_heads = kv_heads[k];
             llmt_model *m = NULL;
             assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
-            randomize(m, 100 + (uint64_t)k);
+            test_randomize_params(m, 100 + (uint64_t)k, 0.3);
             enum { B = 3, T = 11 };
             int32_t tokens[B * T];
             random_tokens(tokens, B * T, c.vocab_size, 5 + (uint64_t)k);
@@ -185,7 +168,7 @@ static void gradient_check(int tied)
     llmt_model_config c = tiny_config(tied);
     llmt_model *m = NULL;
     assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
-    randomize(m, 42 + (uint64_t)tied);
+    test_randomize_params(m, 42 + (uint64_t)tied, 0.3);
     enum { B = 2, T = 9 };
     int32_t tokens[B * T], targets[B * T];
     random_tokens(tokens, B * T, c.vocab_size, 11);
@@ -341,7 +324,7 @@ static void test_accumulation(void **state)
     llmt_model_config c = tiny_config(0);
     llmt_model *m = NULL;
     assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
-    randomize(m, 3);
+    test_randomize_params(m, 3, 0.3);
     enum { B = 4, T = 8 };
     int32_t tokens[B * T], targets[B * T];
     random_tokens(tokens, B * T, c.vocab_size, 21);

@@ -9,30 +9,10 @@
 #include "test_util.h"
 
 #include "llmt/llmt.h"
+#include "test_batch.h"
 #include "test_context.h"
 
 enum { STEPS = 200, B = 4, T = 32, VOCAB = 48 };
-
-/* A learnable stream: a fixed random walk over a small vocabulary where
- * each token mostly determines the next (a noisy permutation). */
-static void make_batch(int step, int32_t *tokens, int32_t *targets)
-{
-    uint64_t s = 0x9e3779b97f4a7c15ULL * (uint64_t)(step % 16 + 1);
-    for (int b = 0; b < B; b++) {
-        int32_t tok = (int32_t)((s >> 7) % VOCAB);
-        for (int t = 0; t <= T; t++) {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            int32_t next = (s % 8 == 0) ? (int32_t)((s >> 9) % VOCAB) : (tok * 5 + 3) % VOCAB;
-            if (t < T)
-                tokens[b * T + t] = tok;
-            if (t > 0)
-                targets[b * T + t - 1] = tok;
-            tok = next;
-        }
-    }
-}
 
 static void train(int precision, double *losses)
 {
@@ -63,7 +43,7 @@ static void train(int precision, double *losses)
     int32_t tokens[B * T], targets[B * T];
     int skipped = 0;
     for (int step = 0; step < STEPS; step++) {
-        make_batch(step, tokens, targets);
+        test_learnable_batch(step, B, T, VOCAB, tokens, targets);
         assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
         assert_int_equal(llmt_model_forward_backward(m, tokens, targets, B, T,
                                                      llmt_loss_scaler_scale(sc), 0, &losses[step]),

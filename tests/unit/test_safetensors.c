@@ -16,6 +16,7 @@
 #include "llmt/common.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
+#include "util/fsutil.h"
 
 static char dir[64]; /* made by setup, removed by teardown */
 
@@ -79,26 +80,6 @@ static int count_entries(const char *d)
     return n;
 }
 
-static void remove_tree(const char *d)
-{
-    DIR *h = opendir(d);
-    if (!h)
-        return;
-    for (struct dirent *e; (e = readdir(h));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", d, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(h);
-    rmdir(d);
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -109,7 +90,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    remove_tree(dir);
+    llmt_remove_tree(dir);
     return 0;
 }
 
