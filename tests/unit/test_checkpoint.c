@@ -16,6 +16,7 @@
 #include "llmt/llmt.h"
 #include "test_rand.h"
 #include "train_fixture.h"
+#include "util/fsutil.h"
 
 static char root[64], data_dir[128], store_dir[128], fast_dir[128];
 
@@ -36,17 +37,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    return system(cmd);
+    return llmt_remove_tree(root);
 }
 
 /* Empties the store directories: each test starts without checkpoints. */
 static void fresh_stores(void)
 {
-    char cmd[320];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", store_dir, fast_dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(llmt_remove_tree(store_dir), LLMT_OK);
+    assert_int_equal(llmt_remove_tree(fast_dir), LLMT_OK);
 }
 
 static llmt_ckpt_store *open_store(llmt_context *ctx, int keep, int with_fast)

@@ -18,6 +18,7 @@
 #include "llmt/llmt.h"
 #include "test_rand.h"
 #include "train_fixture.h"
+#include "util/fsutil.h"
 
 enum { TOTAL = 240, MIN_KILLS = 30, MIN_IN_SAVE = 3, MAX_KILLS = 300 };
 
@@ -118,9 +119,9 @@ static void test_kill_and_resume(void **state)
         if (WIFEXITED(status)) { /* it finished before the kill: start over */
             assert_int_equal(WEXITSTATUS(status), 0);
             finished++;
-            char cmd[512];
-            snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", store, fast, out);
-            assert_int_equal(system(cmd), 0);
+            assert_int_equal(llmt_remove_tree(store), LLMT_OK);
+            assert_int_equal(llmt_remove_tree(fast), LLMT_OK);
+            assert_int_equal(unlink(out), 0);
             continue;
         }
         kills++;
@@ -159,9 +160,7 @@ static void test_kill_and_resume(void **state)
     assert_memory_equal(a, b, la);
     free(a);
     free(b);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(llmt_remove_tree(root), LLMT_OK);
 }
 
 int main(void)

@@ -13,6 +13,7 @@
 #include "test_context.h"
 #include "test_rand.h"
 #include "test_tensors.h"
+#include "util/fsutil.h"
 
 static char dir[64];
 static char path[128];
@@ -30,9 +31,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd);
+    return llmt_remove_tree(dir);
 }
 
 static llmt_model *make_model(llmt_context **ctx, uint64_t seed, int hidden)

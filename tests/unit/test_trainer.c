@@ -14,6 +14,7 @@
 #include "llmt/llmt.h"
 #include "test_context.h"
 #include "test_tensors.h"
+#include "util/fsutil.h"
 
 enum { B = 8, T = 32, VOCAB = 40, LAYERS = 3, STEPS = 10 };
 
@@ -38,9 +39,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    return system(cmd);
+    return llmt_remove_tree(root);
 }
 
 /* A trainer and its parts, adaptive, micro-batch B, no recompute. */
