@@ -4,6 +4,7 @@
  * wait for it. */
 #include <stdlib.h>
 
+#include "core/cuda_plugin_ops.h"
 #include "cuda_backend.h"
 
 /* Scratch is shared by the ops (they run one after another on the stream):
@@ -114,5 +115,16 @@ extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_open(
                           cublasLtGetStatusString(st));
     }
     *out = &cb->base;
+    return LLMT_OK;
+}
+
+/* The op table without a device, for planning (lib/core/cuda_plugin_ops.h):
+ * building it calls no CUDA function, and neither do its size functions. */
+extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_ops(
+    const llmt_plugin_host *host, const llmt_backend_ops **out)
+{
+    if (!host || host->abi != LLMT_BACKEND_ABI)
+        return LLMT_EVERSION;
+    *out = cuda_ops();
     return LLMT_OK;
 }

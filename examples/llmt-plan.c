@@ -2,15 +2,23 @@
  * anything is allocated, for each precision mode and recompute policy.
  *
  *   llmt-plan --preset llama-7b [--seq 2048] [--micro-batch 1]
- *   llmt-plan --config run.yaml [--budget 24GiB]
+ *   llmt-plan --config run.yaml [--budget 24GiB] [--precision bf16_mixed]
+ *   llmt-plan --help | --version
  *
- * The plan is for the backend of the context it creates (--backend cpu by
- * default; cuda needs a GPU): backends keep different attention state. */
+ * The plan is for a backend (--backend cpu by default), whose ops keep
+ * different attention state and scratch; it is arithmetic, so no context is
+ * made and no device is opened (a CUDA plan needs the CUDA plugin, not a
+ * GPU). Exit status: 0, 1 when planning fails or nothing fits --budget,
+ * 2 for a usage error. */
+#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <llmt/llmt.h>
+
+#include "cli_args.h"
+
+#define PROG "llmt-plan"
 
 typedef struct preset {
     const char *name;
@@ -24,19 +32,49 @@ static const preset presets[] = {
     {"134m", 32000, 768, 12, 12, 12, 2048},
     {"small", 8192, 512, 8, 8, 8, 1408},
 };
+#define NUM_PRESETS (sizeof presets / sizeof presets[0])
 
-static const char *const precision_names[4] = {"fp32", "bf16_mixed", "fp16_mixed", "bf16_pure"};
+/* Indexed by llmt_precision; also the order of the budget search, most
+ * exact first. */
+static const char *const precision_names[] = {"fp32", "bf16_mixed", "fp16_mixed", "bf16_pure"};
+#define NUM_PRECISIONS 4
+
 static const int32_t policies[] = {
     LLMT_RECOMPUTE_NONE, LLMT_RECOMPUTE_FFN_ACT, LLMT_RECOMPUTE_ATTN_CORE,
     LLMT_RECOMPUTE_ATTN_CORE | LLMT_RECOMPUTE_FFN_ACT, LLMT_RECOMPUTE_ATTN_CORE | LLMT_RECOMPUTE_FFN,
     LLMT_RECOMPUTE_FULL};
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
-            "usage: llmt-plan (--preset NAME | --config FILE) [--seq N] [--micro-batch N]\n"
-            "                 [--threads N] [--backend cpu|cuda] [--budget BYTES]\n"
-            "presets: llama-7b, llama-13b, 134m, small\n");
+    fprintf(f,
+            "usage: " PROG " (--preset NAME | --config FILE) [--seq N] [--micro-batch N]\n"
+            "                 [--threads N] [--backend cpu|cuda] [--precision NAME]\n"
+            "                 [--budget BYTES]\n"
+            "       " PROG " --help | --version\n"
+            "Prints the bytes a training step needs per memory category, for every\n"
+            "precision and recompute policy, without allocating anything or opening a\n"
+            "device (a cuda plan needs the CUDA plugin, not a GPU).\n"
+            "  --preset NAME      llama-7b, llama-13b, 134m or small (--seq sets max_seq_len)\n"
+            "  --config FILE      a training configuration (docs/config.md)\n"
+            "  --seq N            tokens per sequence (default 2048, or the config's)\n"
+            "  --micro-batch N    sequences per step (default 1, or the config's)\n"
+            "  --threads N        host threads, 1..1024 (default 1)\n"
+            "  --backend NAME     cpu (default) or cuda\n"
+            "  --precision NAME   fp32, bf16_mixed, fp16_mixed or bf16_pure: plan only it\n"
+            "  --budget BYTES     also find what fits: 24GiB, 512MiB, 1000000 (units KiB,\n"
+            "                     MiB, GiB, TiB, KB, MB, GB, TB); the largest micro-batch\n"
+            "                     (halving from --micro-batch) with the lightest recompute,\n"
+            "                     for the most exact precision that fits (fp32, bf16_mixed,\n"
+            "                     fp16_mixed, bf16_pure), unless --precision pins it\n"
+            "Exit status: 0; 1 when planning fails or nothing fits the budget; 2 for a\n"
+            "usage error.\n");
+}
+
+/* Prints a usage error naming the option and its value; returns 2. */
+static int bad_value(const char *option, const char *value, const char *why)
+{
+    fprintf(stderr, PROG ": %s %s: %s\nTry '" PROG " --help'.\n", option, value, why);
+    return 2;
 }
 
 static double gib(uint64_t b)
@@ -44,126 +82,179 @@ static double gib(uint64_t b)
     return (double)b / 1073741824.0;
 }
 
-/* Parses "24GiB", "512MiB", "1000000" through the YAML config's byte rules. */
+/* Parses a byte count with the configuration's rules (memory.budget):
+ * 0 on success, else prints why, naming the option and value, and returns 2. */
 static int parse_budget(const char *text, uint64_t *out)
 {
+    static const char key[] = "memory.budget";
     llmt_train_config c;
     llmt_train_config_init(&c);
-    char yaml[256];
-    snprintf(yaml, sizeof yaml, "memory:\n  budget: %s\n", text);
-    if (llmt_train_config_parse_yaml(&c, yaml, strlen(yaml), "--budget"))
-        return -1;
+    if (llmt_train_config_set(&c, key, text)) {
+        /* The library's message names the key ("memory.budget: 'x' is not
+         * ..."); say the option instead. */
+        const char *why = llmt_error_last();
+        if (!strncmp(why, key, sizeof key - 1) && !strncmp(why + sizeof key - 1, ": ", 2))
+            why += sizeof key + 1;
+        return bad_value("--budget", text, why);
+    }
+    if (c.memory_budget == 0)
+        return bad_value("--budget", text, "must be more than 0 bytes");
     *out = c.memory_budget;
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The index of name in names[0..n), or -1. */
+static int find_name(const char *const *names, size_t n, const char *name)
 {
-    llmt_train_config cfg;
-    llmt_train_config_init(&cfg);
-    const char *preset_name = NULL, *config_path = NULL;
-    int32_t seq = 2048, micro = 1, threads = 1, backend = LLMT_BACKEND_CPU;
-    int seq_given = 0, micro_given = 0;
-    uint64_t budget = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) {
-            usage();
-            return 2;
-        }
-        if (!strcmp(a, "--preset")) preset_name = v;
-        else if (!strcmp(a, "--config")) config_path = v;
-        else if (!strcmp(a, "--seq")) seq = atoi(v), seq_given = 1;
-        else if (!strcmp(a, "--micro-batch")) micro = atoi(v), micro_given = 1;
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
-        else if (!strcmp(a, "--backend")) backend = strcmp(v, "cuda") == 0 ? LLMT_BACKEND_CUDA : LLMT_BACKEND_CPU;
-        else if (!strcmp(a, "--budget")) {
-            if (parse_budget(v, &budget)) {
-                fprintf(stderr, "llmt-plan: %s\n", llmt_error_last());
-                return 2;
-            }
-        } else {
-            usage();
-            return 2;
-        }
-        i++;
-    }
-    llmt_model_config model;
-    llmt_model_config_init(&model);
-    if (config_path) {
-        if (llmt_train_config_load_yaml(&cfg, config_path)) {
-            fprintf(stderr, "llmt-plan: %s\n", llmt_error_last());
-            return 1;
-        }
-        model = cfg.model;
-        seq = seq_given ? seq : cfg.seq_len;
-        micro = micro_given ? micro : cfg.micro_batch;
-    } else if (preset_name) {
-        const preset *p = NULL;
-        for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-            if (!strcmp(presets[i].name, preset_name))
-                p = &presets[i];
-        if (!p) {
-            usage();
-            return 2;
-        }
-        model.vocab_size = p->vocab, model.hidden_size = p->hidden, model.num_layers = p->layers;
-        model.num_heads = p->heads, model.num_kv_heads = p->kv_heads, model.ffn_size = p->ffn;
-        model.rms_norm_eps = 1e-6f;
-        model.max_seq_len = seq;
-    } else {
-        usage();
-        return 2;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(names[i], name))
+            return (int)i;
+    return -1;
+}
 
-    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
-    cc.num_threads = threads;
-    cc.backend = backend;
-    llmt_context *ctx = NULL;
-    if (llmt_context_create(&ctx, &cc)) {
-        fprintf(stderr, "llmt-plan: %s\n", llmt_error_last());
-        return 1;
-    }
-    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
-    pc.model = model;
-    pc.micro_batch = micro;
-    pc.seq_len = seq;
-    printf("model: vocab %d, hidden %d, layers %d, heads %d/%d kv, ffn %d; micro-batch %d x seq "
-           "%d; %s backend, %d thread(s); AdamW state included\n",
-           model.vocab_size, model.hidden_size, model.num_layers, model.num_heads,
-           model.num_kv_heads, model.ffn_size, micro, seq, backend == LLMT_BACKEND_CUDA ? "cuda" : "cpu",
-           threads);
+/* Prints the table of every (precision, policy) for precisions
+ * [first, last]; returns 0 or 1 after printing the library's error. */
+static int print_table(int32_t backend, int32_t threads, llmt_plan_config pc, int first, int last)
+{
     printf("%-11s %-18s %9s %9s %9s %11s %9s %9s   (GiB)\n", "precision", "recompute", "params",
            "grads", "optimizer", "activations", "workspace", "peak");
-    int status = 0;
-    for (int32_t prec = 0; prec < 4 && !status; prec++)
+    for (int prec = first; prec <= last; prec++)
         for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
             pc.model.precision = prec;
             pc.recompute = policies[k];
             llmt_plan p = LLMT_PLAN_INIT;
-            if (llmt_plan_compute(ctx, &pc, &p)) {
-                fprintf(stderr, "llmt-plan: %s\n", llmt_error_last());
-                status = 1;
-                break;
+            if (llmt_plan_compute_backend(backend, threads, &pc, &p)) {
+                fprintf(stderr, PROG ": %s\n", llmt_error_last());
+                return 1;
             }
             printf("%-11s %-18s %9.2f %9.2f %9.2f %11.2f %9.2f %9.2f\n", precision_names[prec],
                    llmt_recompute_policy_name(policies[k]), gib(p.bytes[LLMT_MEM_PARAMS]),
                    gib(p.bytes[LLMT_MEM_GRADS]), gib(p.bytes[LLMT_MEM_OPTIMIZER]),
                    gib(p.bytes[LLMT_MEM_ACTIVATIONS]), gib(p.bytes[LLMT_MEM_WORKSPACE]),
                    gib(p.peak));
-            if (prec == 0 && k == 0)
+            if (prec == first && k == 0)
                 printf("%-30s (%lld parameters)\n", "", (long long)p.num_params);
         }
-    if (!status && budget) {
-        pc.model.precision = model.precision;
-        pc.recompute = LLMT_RECOMPUTE_NONE;
+    return 0;
+}
+
+/* Fits the budget for each precision of [first, last] in turn, printing a
+ * line for each, until one fits; returns 0 when one does, 1 when none does
+ * or planning fails. */
+static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint64_t budget,
+                     int first, int last)
+{
+    pc.recompute = LLMT_RECOMPUTE_NONE;
+    for (int prec = first; prec <= last; prec++) {
+        pc.model.precision = prec;
         int32_t b = 0, r = 0;
-        if (llmt_plan_fit(ctx, &pc, budget, &b, &r) == LLMT_OK)
-            printf("budget %.2f GiB (%s): micro-batch %d with recompute %s fits\n", gib(budget),
-                   precision_names[model.precision], b, llmt_recompute_policy_name(r));
-        else
-            printf("budget %.2f GiB: %s\n", gib(budget), llmt_error_last());
+        int rc = llmt_plan_fit_backend(backend, threads, &pc, budget, &b, &r);
+        if (rc == LLMT_OK) {
+            printf("budget %.2f GiB: %s, micro-batch %d with recompute %s fits\n", gib(budget),
+                   precision_names[prec], b, llmt_recompute_policy_name(r));
+            return 0;
+        }
+        /* Nothing fits: the smallest plan, micro-batch 1 with full recompute. */
+        llmt_plan_config smallest = pc;
+        smallest.micro_batch = 1;
+        smallest.recompute = LLMT_RECOMPUTE_FULL;
+        llmt_plan p = LLMT_PLAN_INIT;
+        if (rc != LLMT_ENOMEM || llmt_plan_compute_backend(backend, threads, &smallest, &p)) {
+            fprintf(stderr, PROG ": %s\n", llmt_error_last());
+            return 1;
+        }
+        printf("budget %.2f GiB: %s does not fit: micro-batch 1 with full recompute needs "
+               "%.2f GiB\n", gib(budget), precision_names[prec], gib(p.peak));
     }
-    llmt_context_free(ctx);
-    return status;
+    printf("budget %.2f GiB: nothing fits\n", gib(budget));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *preset_name = NULL, *config_path = NULL, *backend_name = "cpu";
+    const char *precision_name = NULL, *budget_text = NULL;
+    int64_t seq = 2048, micro = 1, threads = 1;
+    cli_option opts[] = {
+        CLI_OPT_STRING("--preset", &preset_name),
+        CLI_OPT_STRING("--config", &config_path),
+        CLI_OPT_INT64("--seq", &seq, 1, INT32_MAX),
+        CLI_OPT_INT64("--micro-batch", &micro, 1, INT32_MAX),
+        CLI_OPT_INT64("--threads", &threads, 1, 1024),
+        CLI_OPT_STRING("--backend", &backend_name),
+        CLI_OPT_STRING("--precision", &precision_name),
+        CLI_OPT_STRING("--budget", &budget_text),
+    };
+    static const char *const exclusive[][2] = {{"--preset", "--config"}};
+    cli_spec spec = {PROG, usage, opts, sizeof opts / sizeof *opts, exclusive, 1, 0};
+    int npos = 0, parsed = cli_parse(&spec, argc, argv, &npos);
+    if (parsed != CLI_OK)
+        return parsed == CLI_DONE ? 0 : 2;
+    if (!preset_name && !config_path) {
+        fprintf(stderr, PROG ": give --preset NAME or --config FILE\nTry '" PROG " --help'.\n");
+        return 2;
+    }
+
+    int32_t backend;
+    if (!strcmp(backend_name, "cpu"))
+        backend = LLMT_BACKEND_CPU;
+    else if (!strcmp(backend_name, "cuda"))
+        backend = LLMT_BACKEND_CUDA;
+    else
+        return bad_value("--backend", backend_name, "not a backend (cpu or cuda)");
+    int first = 0, last = NUM_PRECISIONS - 1;
+    if (precision_name) {
+        first = last = find_name(precision_names, NUM_PRECISIONS, precision_name);
+        if (first < 0)
+            return bad_value("--precision", precision_name,
+                             "not a precision (fp32, bf16_mixed, fp16_mixed or bf16_pure)");
+    }
+    uint64_t budget = 0;
+    if (budget_text && parse_budget(budget_text, &budget))
+        return 2;
+
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    if (config_path) {
+        llmt_train_config cfg;
+        llmt_train_config_init(&cfg);
+        if (llmt_train_config_load_yaml(&cfg, config_path)) {
+            fprintf(stderr, PROG ": %s\n", llmt_error_last());
+            return 1;
+        }
+        pc.model = cfg.model;
+        if (cli_given(&spec, "--seq") && seq > cfg.model.max_seq_len) {
+            char value[24], why[96];
+            snprintf(value, sizeof value, "%lld", (long long)seq);
+            snprintf(why, sizeof why, "more than the configuration's model.max_seq_len, %d",
+                     (int)cfg.model.max_seq_len);
+            return bad_value("--seq", value, why);
+        }
+        seq = cli_given(&spec, "--seq") ? seq : cfg.seq_len;
+        micro = cli_given(&spec, "--micro-batch") ? micro : cfg.micro_batch;
+    } else {
+        const char *names[NUM_PRESETS];
+        for (size_t i = 0; i < NUM_PRESETS; i++)
+            names[i] = presets[i].name;
+        int i = find_name(names, NUM_PRESETS, preset_name);
+        if (i < 0)
+            return bad_value("--preset", preset_name,
+                             "not a preset (llama-7b, llama-13b, 134m or small)");
+        const preset *p = &presets[i];
+        pc.model.vocab_size = p->vocab, pc.model.hidden_size = p->hidden;
+        pc.model.num_layers = p->layers, pc.model.num_heads = p->heads;
+        pc.model.num_kv_heads = p->kv_heads, pc.model.ffn_size = p->ffn;
+        pc.model.rms_norm_eps = 1e-6f;
+        pc.model.max_seq_len = (int32_t)seq;
+    }
+    pc.micro_batch = (int32_t)micro;
+    pc.seq_len = (int32_t)seq;
+
+    const llmt_model_config *m = &pc.model;
+    printf("model: vocab %d, hidden %d, layers %d, heads %d/%d kv, ffn %d; micro-batch %d x seq "
+           "%d; %s backend, %d thread(s); AdamW state included\n",
+           m->vocab_size, m->hidden_size, m->num_layers, m->num_heads, m->num_kv_heads,
+           m->ffn_size, pc.micro_batch, pc.seq_len, backend_name, (int)threads);
+    if (print_table(backend, (int32_t)threads, pc, first, last))
+        return 1;
+    return budget ? print_fit(backend, (int32_t)threads, pc, budget, first, last) : 0;
 }

@@ -2,6 +2,7 @@
  *
  *   llmt-tokenize [--out-dir DIR] [--prefix NAME] [--shard-tokens N]
  *                 [--val-fraction F] FILE...
+ *   llmt-tokenize --help | --version
  *
  * Each file (a directory stands for the regular files in it, sorted by name,
  * not recursively) is one document: its bytes, then LLMT_TOKEN_EOT. The
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,8 @@
 #include <unistd.h>
 
 #include <llmt/llmt.h>
+
+#include "cli_args.h"
 
 #define PROG "llmt-tokenize"
 
@@ -35,7 +39,8 @@ static void usage(FILE *f)
             "followed by an end-of-text token, and writes token shards (llm.c format,\n"
             "version 1) DIR/NAME_train_000000.bin, ... of at most N tokens; with F > 0\n"
             "the last fraction F of the tokens goes to DIR/NAME_val_000000.bin, ...\n"
-            "Defaults: --out-dir . --prefix data --shard-tokens 10000000 --val-fraction 0\n");
+            "Defaults: --out-dir . --prefix data --shard-tokens 10000000 --val-fraction 0\n"
+            "--version prints the library version; -- ends the options.\n");
 }
 
 /* ---- Inputs ---- */
@@ -141,91 +146,29 @@ static void report_split(const char *dir, const char *prefix, const char *split,
                 path, dir, prefix, split);
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (!*s || *s == '-')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *out_dir = ".", *prefix = "data";
-    uint64_t shard_tokens = 10000000;
+    int64_t shard_tokens = 10000000;
     double val_fraction = 0;
     inputs in = {0}, files = {0};
-    int status = 1, only_files = 0;
+    int status = 1;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_files || a[0] != '-' || !a[1]) {
-            if (add_input(&in, a))
-                goto out;
-            continue;
-        }
-        if (!strcmp(a, "--")) {
-            only_files = 1;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            status = 0;
+    cli_option opts[] = {
+        CLI_OPT_STRING("--out-dir", &out_dir),
+        CLI_OPT_STRING("--prefix", &prefix),
+        CLI_OPT_INT64("--shard-tokens", &shard_tokens, 1, INT32_MAX),
+        CLI_OPT_DOUBLE("--val-fraction", &val_fraction, 0, nextafter(1.0, 0.0)), /* [0, 1) */
+    };
+    cli_spec spec = {PROG, usage, opts, sizeof opts / sizeof *opts, NULL, 0, CLI_ANY_POSITIONAL};
+    int npos = 0, parsed = cli_parse(&spec, argc, argv, &npos);
+    if (parsed != CLI_OK)
+        return parsed == CLI_DONE ? 0 : 2;
+    for (int i = 1; i <= npos; i++)
+        if (add_input(&in, argv[i]))
             goto out;
-        }
-        static const char *const opts[] = {"--out-dir", "--prefix", "--shard-tokens",
-                                           "--val-fraction"};
-        int which = -1;
-        const char *value = NULL;
-        for (int k = 0; k < 4; k++) {
-            size_t len = strlen(opts[k]);
-            if (!strncmp(a, opts[k], len) && (a[len] == '=' || !a[len])) {
-                which = k;
-                value = a[len] == '=' ? a + len + 1 : (i + 1 < argc ? argv[++i] : NULL);
-            }
-        }
-        if (which < 0) {
-            fprintf(stderr, PROG ": unknown option %s\n", a);
-            usage(stderr);
-            status = 2;
-            goto out;
-        }
-        if (!value) {
-            fprintf(stderr, PROG ": %s needs a value\n", a);
-            status = 2;
-            goto out;
-        }
-        if (which == 0) {
-            out_dir = value;
-        } else if (which == 1) {
-            prefix = value;
-        } else if (which == 2) {
-            if (parse_u64(value, &shard_tokens) || shard_tokens < 1 || shard_tokens > INT32_MAX) {
-                fprintf(stderr, PROG ": --shard-tokens %s: expected an integer 1..%d\n", value,
-                        INT32_MAX);
-                status = 2;
-                goto out;
-            }
-        } else {
-            char *end;
-            errno = 0;
-            val_fraction = strtod(value, &end);
-            if (errno || *end || !*value || !(val_fraction >= 0 && val_fraction < 1)) {
-                fprintf(stderr, PROG ": --val-fraction %s: expected a number in [0, 1)\n",
-                        value);
-                status = 2;
-                goto out;
-            }
-        }
-    }
-    if (!out_dir[0] || !prefix[0] || strchr(prefix, '/')) {
-        fprintf(stderr, PROG ": %s '%s' is not usable\n", !out_dir[0] ? "--out-dir" : "--prefix",
-                !out_dir[0] ? out_dir : prefix);
+    if (strchr(prefix, '/')) {
+        fprintf(stderr, PROG ": --prefix '%s': a name, not a path\n", prefix);
         status = 2;
         goto out;
     }
@@ -270,12 +213,12 @@ int main(int argc, char **argv)
     }
     llmt_tokenize_report r = LLMT_TOKENIZE_REPORT_INIT;
     if (llmt_byte_tokenize_files((const char *const *)files.paths, files.n, out_dir, prefix,
-                                 shard_tokens, val_fraction, &r) != LLMT_OK) {
+                                 (uint64_t)shard_tokens, val_fraction, &r) != LLMT_OK) {
         fprintf(stderr, PROG ": %s\n", llmt_error_last());
         goto out;
     }
-    report_split(out_dir, prefix, "train", r.train_shards, r.train_tokens, shard_tokens);
-    report_split(out_dir, prefix, "val", r.val_shards, r.val_tokens, shard_tokens);
+    report_split(out_dir, prefix, "train", r.train_shards, r.train_tokens, (uint64_t)shard_tokens);
+    report_split(out_dir, prefix, "val", r.val_shards, r.val_tokens, (uint64_t)shard_tokens);
     printf("%zu files, %" PRIu64 " bytes, %" PRIu64 " tokens: train %" PRIu64
            " tokens in %u shards, val %" PRIu64 " tokens in %u shards\n",
            files.n, r.bytes, r.train_tokens + r.val_tokens, r.train_tokens, r.train_shards,

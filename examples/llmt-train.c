@@ -1,33 +1,37 @@
 /* llmt-train: train a LLaMA model from a YAML configuration, with
  * checkpoints, adaptive memory and automatic resume.
  *
- *   llmt-train [--config FILE] [--out DIR] [--steps N] [--resume | --no-resume]
+ *   llmt-train [--config FILE] [--out DIR] [--steps N]
+ *              [--resume | --no-resume | --start-over] [KEY=VALUE...]
+ *   llmt-train --help | --version
  *
  * Without --config it trains the embedded default: a 3M-parameter byte-level
  * model on the licence texts every Debian system has
  * (/usr/share/common-licenses, /usr/share/doc/x/copyright), tokenized into
- * DIR/data on first use. Run again with the same --out, it resumes from the
- * newest valid checkpoint. Ctrl-C saves a checkpoint and stops. The fast
- * tier goes to /dev/shm (memory) unless the configuration names a directory;
- * that default one is removed when the run ends with its durable checkpoint,
- * so finished runs do not hold memory. */
+ * DIR/data on first use. KEY=VALUE arguments set configuration keys after
+ * the file (optimizer.lr=3e-4, docs/config.md), checked as the file is.
+ * DIR and its parents are created, and locked against a second llmt-train.
+ * Run again with the same --out, it resumes from the newest valid
+ * checkpoint; checkpoints none of which verify are an error unless
+ * --start-over. SIGINT (Ctrl-C) and SIGTERM save a checkpoint and stop
+ * (exit 130 and 143); before training starts they stop without training.
+ * The fast tier goes to /dev/shm (memory) unless the configuration names a
+ * directory; that default one is removed when the run ends with its durable
+ * checkpoint, so finished runs do not hold memory. Exit status: 0 done,
+ * 1 failed, 2 bad usage, 130/143 interrupted (docs/trainer.md). */
 #define _DEFAULT_SOURCE
-#define _XOPEN_SOURCE 700 /* nftw */
-#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
-#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <llmt/llmt.h>
 
-#define PROG "llmt-train"
+#include "cli_args.h"
+#include "train_cli/train_cli.h"
 
 static const char default_config[] =
     "model:\n"
@@ -66,19 +70,53 @@ static const char default_config[] =
     "  fast_every: 10\n"
     "  fast_keep: 2\n";
 
-static volatile sig_atomic_t interrupted;
+/* The signal that asked to stop (SIGINT or SIGTERM), 0 while none has. */
+static volatile sig_atomic_t stop_signal;
 
-static void on_sigint(int sig)
+static void on_stop_signal(int sig)
 {
-    (void)sig;
-    interrupted = 1;
+    stop_signal = sig;
+}
+
+/* Installed before anything else, so a signal during start-up, tokenizing
+ * or resume stops the run where it can stop cleanly instead of killing it.
+ * SA_RESTART: the library's reads and writes are not cut short.
+ * SA_RESETHAND: the same signal a second time kills at once, for a user
+ * who will not wait for the step and the save. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The exit status of a run stopped by a signal: 128 + its number, as a
+ * shell reports a process the signal killed (130 SIGINT, 143 SIGTERM). */
+static int stopped_status(void)
+{
+    return 128 + stop_signal;
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: " PROG " [--config FILE] [--out DIR] [--steps N] [--resume | --no-resume]\n"
-               "Trains the embedded default configuration on Debian's licence texts unless\n"
-               "--config is given; DIR (default runs/demo) holds data, checkpoints, metrics.\n");
+    fprintf(f,
+            "usage: " PROG " [--config FILE] [--out DIR] [--steps N]\n"
+            "                  [--resume | --no-resume | --start-over] [KEY=VALUE...]\n"
+            "Trains the embedded default configuration on Debian's licence texts unless\n"
+            "--config is given; DIR (default runs/demo, created with its parents) holds\n"
+            "data, checkpoints, metrics. KEY=VALUE sets a configuration key after the\n"
+            "file (optimizer.lr=3e-4 batch.batch_size=4; keys in docs/config.md);\n"
+            "--steps N is train.steps=N.\n"
+            "  --resume      fail unless a checkpoint is resumed (default: resume if any)\n"
+            "  --no-resume   fail if DIR already holds checkpoints\n"
+            "  --start-over  train from step 0 although DIR holds checkpoints, none of\n"
+            "                which verifies (refused when one does)\n"
+            "  --version     print the library version\n"
+            "SIGINT and SIGTERM save a checkpoint and stop (exit 130, 143).\n");
 }
 
 static int die(const char *what)
@@ -94,116 +132,11 @@ static void default_path(char *field, const char *dir, const char *suffix)
         snprintf(field, LLMT_CONFIG_PATH_MAX, "%s/%s", dir, suffix);
 }
 
-/* The licence texts: every regular file (not a link: the links repeat
- * texts) of /usr/share/common-licenses and every /usr/share/doc/x/copyright,
- * sorted as glob sorts them. */
-static int corpus_files(glob_t *g)
-{
-    memset(g, 0, sizeof *g);
-    glob("/usr/share/common-licenses/*", 0, NULL, g);
-    glob("/usr/share/doc/*/copyright", GLOB_APPEND, NULL, g);
-    size_t kept = 0;
-    for (size_t i = 0; i < g->gl_pathc; i++) {
-        struct stat st;
-        if (lstat(g->gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
-            g->gl_pathv[kept++] = g->gl_pathv[i];
-    }
-    g->gl_pathc = kept;
-    return kept ? 0 : -1;
-}
-
-/* Tokenizes the corpus into DIR/data once; a READY file marks completion. */
-static int prepare_data(const char *out)
-{
-    char data[4096], ready[4200];
-    snprintf(data, sizeof data, "%s/data", out);
-    snprintf(ready, sizeof ready, "%s/READY", data);
-    if (access(ready, F_OK) == 0)
-        return 0;
-    glob_t g;
-    if (corpus_files(&g)) {
-        fprintf(stderr, PROG ": no text found under /usr/share/common-licenses or /usr/share/doc\n");
-        return -1;
-    }
-    llmt_tokenize_report r = LLMT_TOKENIZE_REPORT_INIT;
-    if (llmt_byte_tokenize_files((const char *const *)g.gl_pathv, g.gl_pathc, data, "text",
-                                 10000000, 0.02, &r) != LLMT_OK) {
-        globfree(&g);
-        return die("tokenizing the corpus");
-    }
-    printf("tokenized %llu files (%.1f MB of text): %llu training tokens, %llu held out\n",
-           (unsigned long long)r.files, (double)r.bytes / 1e6,
-           (unsigned long long)r.train_tokens, (unsigned long long)r.val_tokens);
-    globfree(&g);
-    FILE *f = fopen(ready, "w");
-    return f && fclose(f) == 0 ? 0 : -1;
-}
-
-/* Entropy (nats) of the token frequencies of the held-out shards: what a
- * model that knows nothing but byte frequencies would score. */
-static double unigram_entropy(const char *pattern)
-{
-    glob_t g;
-    double counts[65536] = {0}, total = 0;
-    if (glob(pattern, 0, NULL, &g) != 0)
-        return NAN;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        FILE *f = fopen(g.gl_pathv[i], "rb");
-        int32_t head[256];
-        if (!f || fread(head, 4, 256, f) != 256 || head[1] != LLMT_SHARD_VERSION_U16) {
-            if (f)
-                fclose(f);
-            continue;
-        }
-        uint16_t tok;
-        while (fread(&tok, 2, 1, f) == 1) {
-            counts[tok]++;
-            total++;
-        }
-        fclose(f);
-    }
-    globfree(&g);
-    double h = 0;
-    for (int i = 0; i < 65536; i++)
-        if (counts[i] > 0)
-            h -= counts[i] / total * log(counts[i] / total);
-    return h;
-}
-
-/* Whether dir holds a checkpoint directory (step-N). */
-static int has_checkpoints(const char *dir)
-{
-    DIR *d = dir[0] ? opendir(dir) : NULL;
-    struct dirent *e;
-    int found = 0;
-    while (d && !found && (e = readdir(d)))
-        found = strncmp(e->d_name, "step-", 5) == 0 && !strchr(e->d_name, '.');
-    if (d)
-        closedir(d);
-    return found;
-}
-
 typedef struct progress {
     int64_t total, log_every;
-    double started, seconds;
+    double seconds;
     int64_t first_step;
 } progress;
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)type;
-    (void)ftw;
-    return remove(path);
-}
-
-/* Removes the default fast-tier directory after the final durable save: its
- * checkpoints are no newer than that one. */
-static void remove_fast_tier(const char *dir)
-{
-    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-        fprintf(stderr, PROG ": cannot remove the fast tier %s: %s\n", dir, strerror(errno));
-}
 
 static int on_step(void *user, const llmt_step_report *r)
 {
@@ -222,7 +155,7 @@ static int on_step(void *user, const llmt_step_report *r)
         printf("\n");
         fflush(stdout);
     }
-    return interrupted;
+    return stop_signal != 0;
 }
 
 static void on_log(void *user, const char *line)
@@ -231,95 +164,194 @@ static void on_log(void *user, const char *line)
     printf("  %s\n", line);
 }
 
-/* Continues text from a prompt, one byte at a time, sampling at temperature
- * 0.8 with the context's random stream; returns the bytes in out. */
-static int sample(llmt_trainer *tr, const char *prompt, int n, char *out, size_t cap)
-{
-    llmt_model *m = llmt_trainer_model(tr);
-    llmt_model_config mc;
-    llmt_model_get_config(m, &mc);
-    int32_t ctx_tokens[4096];
-    size_t len = 0;
-    if (llmt_byte_encode(prompt, strlen(prompt), ctx_tokens, 4096, &len))
-        return -1;
-    float *logits = malloc((size_t)mc.max_seq_len * (size_t)mc.vocab_size * sizeof *logits);
-    size_t used = 0;
-    for (int i = 0; i < n && logits; i++) {
-        size_t start = len > (size_t)mc.max_seq_len ? len - (size_t)mc.max_seq_len : 0;
-        int32_t t = (int32_t)(len - start);
-        if (llmt_model_logits(m, ctx_tokens + start, 1, t, logits, (size_t)t * (size_t)mc.vocab_size))
-            break;
-        const float *row = logits + (size_t)(t - 1) * (size_t)mc.vocab_size;
-        double mx = -INFINITY, sum = 0, u = 0;
-        for (int v = 0; v < LLMT_BYTE_VOCAB; v++)
-            mx = row[v] > mx ? row[v] : mx;
-        for (int v = 0; v < LLMT_BYTE_VOCAB; v++)
-            sum += exp((row[v] - mx) / 0.8);
-        float draw;
-        llmt_context_rng_uniform(llmt_trainer_context(tr), &draw, 1);
-        int32_t pick = LLMT_BYTE_VOCAB - 1;
-        for (int v = 0; v < LLMT_BYTE_VOCAB; v++)
-            if ((u += exp((row[v] - mx) / 0.8) / sum) > draw) {
-                pick = v;
-                break;
-            }
-        if (pick == LLMT_TOKEN_EOT || len == 4096 || used + 1 >= cap)
-            break;
-        ctx_tokens[len++] = pick;
-        out[used++] = (char)pick;
-    }
-    out[used] = '\0';
-    free(logits);
-    return 0;
-}
+/* The command line, parsed. */
+typedef struct options {
+    const char *config, *out;
+    int64_t steps; /* -1: the configuration's */
+    int resume, no_resume, start_over;
+} options;
 
-int main(int argc, char **argv)
+/* Parses argv into o and the configuration: file (or the default), then the
+ * KEY=VALUE overrides in order, then --steps. Returns GO_ON, or the exit
+ * status (0 after --help/--version, 1 bad configuration file, 2 bad usage,
+ * a bad override included). */
+#define GO_ON (-1)
+static int parse_command_line(int argc, char **argv, options *o, llmt_train_config *cfg)
 {
-    const char *config_path = NULL, *out = "runs/demo";
-    long long steps = -1;
-    int resume = -1; /* -1: when there is a checkpoint */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--resume")) resume = 1;
-        else if (!strcmp(a, "--no-resume")) resume = 0;
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else if (v && !strcmp(a, "--config")) config_path = argv[++i];
-        else if (v && !strcmp(a, "--out")) out = argv[++i];
-        else if (v && !strcmp(a, "--steps")) steps = atoll(argv[++i]);
-        else { usage(stderr); return 2; }
-    }
-    llmt_train_config cfg;
-    llmt_train_config_init(&cfg);
-    int rc = config_path ? llmt_train_config_load_yaml(&cfg, config_path)
-                         : llmt_train_config_parse_yaml(&cfg, default_config,
-                                                        sizeof default_config - 1, "default config");
+    *o = (options){NULL, "runs/demo", -1, 0, 0, 0};
+    cli_option opts[] = {
+        CLI_OPT_STRING("--config", &o->config),
+        CLI_OPT_STRING("--out", &o->out),
+        CLI_OPT_INT64("--steps", &o->steps, 0, 1000000000000000LL),
+        CLI_OPT_FLAG("--resume", &o->resume),
+        CLI_OPT_FLAG("--no-resume", &o->no_resume),
+        CLI_OPT_FLAG("--start-over", &o->start_over),
+    };
+    static const char *const exclusive[][2] = {
+        {"--resume", "--no-resume"}, {"--resume", "--start-over"}, {"--no-resume", "--start-over"}};
+    cli_spec spec = {PROG, usage, opts, sizeof opts / sizeof *opts, exclusive,
+                     sizeof exclusive / sizeof *exclusive, CLI_ANY_POSITIONAL};
+    int npos = 0, parsed = cli_parse(&spec, argc, argv, &npos);
+    if (parsed != CLI_OK)
+        return parsed == CLI_DONE ? 0 : 2;
+    for (int i = 1; i <= npos; i++)
+        if (!strchr(argv[i], '=') || argv[i][0] == '=') {
+            fprintf(stderr, PROG ": unexpected argument '%s': configuration overrides are "
+                    "KEY=VALUE (optimizer.lr=3e-4)\nTry '" PROG " --help'.\n", argv[i]);
+            return 2;
+        }
+    llmt_train_config_init(cfg);
+    int rc = o->config ? llmt_train_config_load_yaml(cfg, o->config)
+                       : llmt_train_config_parse_yaml(cfg, default_config,
+                                                      sizeof default_config - 1, "default config");
     if (rc)
         return die("configuration");
-    if (steps >= 0)
-        cfg.steps = steps;
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, PROG ": cannot create %s: %s\n", out, strerror(errno));
-        return 1;
+    for (int i = 1; i <= npos; i++) {
+        char *eq = strchr(argv[i], '=');
+        *eq = '\0';
+        if (o->steps >= 0 && !strcmp(argv[i], "train.steps")) {
+            fprintf(stderr, PROG ": --steps and train.steps=%s both given\n", eq + 1);
+            return 2;
+        }
+        rc = llmt_train_config_set(cfg, argv[i], eq + 1);
+        if (rc)
+            fprintf(stderr, PROG ": override %s\n", llmt_error_last()); /* names key, value */
+        *eq = '=';
+        if (rc)
+            return 2;
     }
-    if (!cfg.train_data[0]) { /* the default corpus */
-        if (prepare_data(out))
-            return 1;
-        default_path(cfg.train_data, out, "data/text_train_*.bin");
-        default_path(cfg.val_data, out, "data/text_val_*.bin");
+    if (o->steps >= 0)
+        cfg->steps = o->steps;
+    return GO_ON;
+}
+
+/* The default corpus (no data.train) is byte-level: a vocabulary without
+ * room for its ids is refused before anything is made. 0 or -1 (reported). */
+static int check_default_corpus_vocab(const llmt_train_config *cfg)
+{
+    if (cfg->train_data[0] || cfg->model.vocab_size >= LLMT_BYTE_VOCAB)
+        return 0;
+    fprintf(stderr, PROG ": model.vocab_size = %d is below %d, the byte tokenizer's vocabulary "
+            "(256 bytes and end-of-text) the default corpus is written in; set "
+            "model.vocab_size to %d or more, or name data.train\n",
+            cfg->model.vocab_size, LLMT_BYTE_VOCAB, LLMT_BYTE_VOCAB);
+    return -1;
+}
+
+/* Fills the paths the configuration left empty under out, preparing the
+ * default corpus when no training data is named. 0 or -1 (reported). */
+static int fill_paths(llmt_train_config *cfg, const char *out, int *default_fast_dir)
+{
+    if (!cfg->train_data[0]) { /* the default corpus */
+        if (prepare_default_corpus(out))
+            return -1;
+        default_path(cfg->train_data, out, "data/text_train_*.bin");
+        default_path(cfg->val_data, out, "data/text_val_*.bin");
     }
-    default_path(cfg.checkpoint_dir, out, "checkpoints");
-    default_path(cfg.metrics, out, "metrics.jsonl");
-    int default_fast_dir = 0;
-    if (!cfg.fast_checkpoint_dir[0] && cfg.fast_checkpoint_every && access("/dev/shm", W_OK) == 0) {
-        default_fast_dir = 1;
+    default_path(cfg->checkpoint_dir, out, "checkpoints");
+    default_path(cfg->metrics, out, "metrics.jsonl");
+    *default_fast_dir = 0;
+    if (!cfg->fast_checkpoint_dir[0] && cfg->fast_checkpoint_every && access("/dev/shm", W_OK) == 0) {
+        *default_fast_dir = 1;
         char real[4096];
         unsigned long h = 5381;
         const char *name = realpath(out, real) ? real : out;
         for (const char *c = name; *c; c++)
             h = h * 33 + (unsigned char)*c;
-        snprintf(cfg.fast_checkpoint_dir, LLMT_CONFIG_PATH_MAX, "/dev/shm/llmt-train-%lx", h);
-    } else if (!cfg.fast_checkpoint_dir[0]) {
-        cfg.fast_checkpoint_every = 0;
+        snprintf(cfg->fast_checkpoint_dir, LLMT_CONFIG_PATH_MAX, "/dev/shm/llmt-train-%lx", h);
+    } else if (!cfg->fast_checkpoint_dir[0]) {
+        cfg->fast_checkpoint_every = 0;
+    }
+    return 0;
+}
+
+/* Resumes as the options say; *from receives the step resumed (-1: none).
+ * 0, or 1 with the reason on stderr. */
+static int resume_as_asked(llmt_trainer *tr, const options *o, const llmt_train_config *cfg,
+                           int64_t *from)
+{
+    *from = -1;
+    if (o->no_resume) {
+        if (has_checkpoints(cfg->checkpoint_dir) || has_checkpoints(cfg->fast_checkpoint_dir)) {
+            fprintf(stderr, PROG ": --no-resume, but %s already has checkpoints: choose another "
+                    "--out or remove them\n", o->out);
+            return 1;
+        }
+        return 0;
+    }
+    int rc = llmt_trainer_resume_latest(tr, from);
+    if (o->start_over) {
+        if (rc == LLMT_OK && *from >= 0) {
+            fprintf(stderr, PROG ": --start-over, but the checkpoint of step %lld in %s is "
+                    "valid: resume it (leave out --start-over), or choose another --out\n",
+                    (long long)*from, o->out);
+            return 1;
+        }
+        if (rc == LLMT_ECORRUPT)
+            printf("--start-over: ignoring the invalid checkpoints (%s)\n", llmt_error_last());
+        else if (rc)
+            return die("resume");
+        *from = -1;
+        return 0;
+    }
+    if (rc == LLMT_ECORRUPT) {
+        fprintf(stderr, PROG ": resume: %s\n" PROG ": no checkpoint in %s verifies; to train "
+                "from step 0 over them, run again with --start-over\n", llmt_error_last(), o->out);
+        return 1;
+    }
+    if (rc)
+        return die("resume");
+    if (o->resume && *from < 0) {
+        fprintf(stderr, PROG ": --resume: no checkpoint in %s\n", cfg->checkpoint_dir);
+        return 1;
+    }
+    return 0;
+}
+
+/* Trains from the current step to cfg->steps, saves the final checkpoint,
+ * and, when not stopped, prints the held-out loss (into *final_loss, which
+ * stays NaN without held-out data) and a sample. 0 or 1. */
+static int train(llmt_trainer *tr, const llmt_train_config *cfg, double *final_loss)
+{
+    progress p = {cfg->steps, cfg->log_every, 0, llmt_trainer_step_index(tr)};
+    llmt_trainer_set_callback(tr, on_step, &p);
+    if (llmt_trainer_run(tr, cfg->steps))
+        return die("training");
+    if (llmt_trainer_step_index(tr) > 0) {
+        if (llmt_trainer_save(tr, LLMT_CKPT_DURABLE))
+            return die("final checkpoint");
+        if (stop_signal)
+            printf("interrupted at step %lld: checkpoint saved; run again to continue\n",
+                   (long long)llmt_trainer_step_index(tr));
+    }
+    if (stop_signal)
+        return 0;
+    if (llmt_trainer_evaluate(tr, final_loss) == LLMT_OK)
+        printf("final held-out loss %.4f nats\n", *final_loss);
+    char text[512];
+    if (sample_text(tr, "The ", 120, text, sizeof text) == 0) {
+        printf("sample: The ");
+        print_escaped(stdout, text);
+        printf("\n");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    catch_stop_signals();
+    options o;
+    llmt_train_config cfg;
+    int rc = parse_command_line(argc, argv, &o, &cfg);
+    if (rc != GO_ON)
+        return rc;
+    int default_fast_dir = 0;
+    if (check_default_corpus_vocab(&cfg) || make_dirs(o.out) || lock_run_dir(o.out) < 0 ||
+        fill_paths(&cfg, o.out, &default_fast_dir))
+        return stop_signal ? stopped_status() : 1;
+    if (stop_signal) {
+        printf("interrupted before training started: nothing trained\n");
+        return stopped_status();
     }
 
     llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
@@ -337,48 +369,30 @@ int main(int argc, char **argv)
     }
     llmt_trainer_set_log(tr, on_log, NULL);
     int64_t from = -1;
-    if (resume != 0 && llmt_trainer_resume_latest(tr, &from))
-        rc = die("resume");
-    else if (resume == 1 && from < 0)
-        rc = fprintf(stderr, PROG ": --resume: no checkpoint in %s\n", cfg.checkpoint_dir) > 0;
-    else if (resume == 0 && (has_checkpoints(cfg.checkpoint_dir) ||
-                             has_checkpoints(cfg.fast_checkpoint_dir)))
-        rc = fprintf(stderr, PROG ": --no-resume, but %s already has checkpoints: choose another "
-                     "--out or remove them\n", out) > 0;
-    if (!rc) {
+    double final_loss = NAN;
+    int trained = 0; /* the run ended with its final checkpoint */
+    rc = resume_as_asked(tr, &o, &cfg, &from);
+    if (!rc && stop_signal) {
+        printf("interrupted before training started: nothing trained\n");
+    } else if (!rc) {
         double h = unigram_entropy(cfg.val_data);
         printf("%s: %lld parameters, %s; %s at step %lld of %lld; byte unigram entropy of the "
                "held-out text %.3f nats\n", PROG, (long long)llmt_model_num_params(llmt_trainer_model(tr)),
-               config_path ? config_path : "default config", from >= 0 ? "resuming" : "starting",
+               o.config ? o.config : "default config", from >= 0 ? "resuming" : "starting",
                (long long)llmt_trainer_step_index(tr), (long long)cfg.steps, h);
         if (cfg.fast_checkpoint_every)
             printf("fast tier: %s, every %lld steps\n", cfg.fast_checkpoint_dir,
                    (long long)cfg.fast_checkpoint_every);
         fflush(stdout);
-        signal(SIGINT, on_sigint);
-        progress p = {cfg.steps, cfg.log_every, 0, 0, llmt_trainer_step_index(tr)};
-        llmt_trainer_set_callback(tr, on_step, &p);
-        if (llmt_trainer_run(tr, cfg.steps))
-            rc = die("training");
+        rc = train(tr, &cfg, &final_loss);
+        trained = !rc;
     }
-    if (!rc && llmt_trainer_step_index(tr) > 0) {
-        if (llmt_trainer_save(tr, LLMT_CKPT_DURABLE))
-            rc = die("final checkpoint");
-        else if (interrupted)
-            printf("interrupted at step %lld: checkpoint saved; run again to continue\n",
-                   (long long)llmt_trainer_step_index(tr));
-    }
-    if (!rc && !interrupted) {
-        double loss = 0;
-        if (llmt_trainer_evaluate(tr, &loss) == LLMT_OK)
-            printf("final held-out loss %.4f nats\n", loss);
-        char text[512];
-        if (sample(tr, "The ", 120, text, sizeof text) == 0)
-            printf("sample: The %s\n", text);
-    }
-    llmt_trainer_free(tr); /* waits for a fast save in flight */
+    long long last_step = (long long)llmt_trainer_step_index(tr);
+    llmt_trainer_free(tr); /* waits for a fast save in flight; closes the metrics file */
     llmt_context_free(ctx);
-    if (!rc && default_fast_dir)
-        remove_fast_tier(cfg.fast_checkpoint_dir);
-    return rc ? 1 : interrupted ? 130 : 0;
+    if (!rc && !isnan(final_loss) && cfg.metrics[0])
+        rc = append_final_eval(cfg.metrics, last_step, final_loss) ? 1 : 0;
+    if (trained && default_fast_dir) /* nothing there is newer than the final checkpoint */
+        remove_tree(cfg.fast_checkpoint_dir);
+    return rc ? 1 : stop_signal ? stopped_status() : 0;
 }

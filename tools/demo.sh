@@ -2,7 +2,8 @@
 # The main job: builds libllmt and llmt-train, then trains the default model
 # (3M parameters, byte-level) on the licence texts of this Debian system, with
 # checkpoints, in runs/demo. Run it again to resume; Ctrl-C saves and stops.
-# Extra arguments go to llmt-train (--steps N, --out DIR, --config FILE, ...).
+# Extra arguments go to llmt-train (--steps N, --out DIR, --config FILE,
+# KEY=VALUE configuration overrides, ...; llmt-train --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh

@@ -52,14 +52,26 @@ typedef struct llmt_ckpt_store_config {
 /* Fills cfg with the defaults of LLMT_CKPT_STORE_CONFIG_INIT. */
 LLMT_API void llmt_ckpt_store_config_init(llmt_ckpt_store_config *cfg);
 
-/* Opens (creating if needed) the durable directory dir and the fast one, and
- * removes what an interrupted save left (step-*.tmp-* directories). The
- * store borrows ctx (for the STAGING buffer of async saves), which must
- * outlive it. Errors: LLMT_EINVAL, LLMT_EIO naming the directory. */
+/* Opens (creating if needed) the durable directory dir and the fast one,
+ * locks each, and removes what an interrupted save left (step-*.tmp-*
+ * directories; what cannot be removed, as in a read-only store, is left and
+ * ignored). cfg NULL means LLMT_CKPT_STORE_CONFIG_INIT (no fast tier).
+ *
+ * Lock: an exclusive flock(2) on the file llmt.lock in each directory, with
+ * this process's pid written in it, held until llmt_ckpt_store_free. A second
+ * store on the same directory, in another process or in this one, fails at
+ * once with LLMT_EBUSY naming the holder's pid. A directory this process
+ * cannot write is opened for reading (listing, verifying, loading); saving
+ * into it then fails with LLMT_EIO saying why.
+ *
+ * The store borrows ctx (for the STAGING buffer of async saves), which must
+ * outlive it. Errors: LLMT_EINVAL, LLMT_EVERSION, LLMT_EBUSY, LLMT_EIO naming
+ * the directory. */
 LLMT_API int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *dir,
                                   const llmt_ckpt_store_config *cfg);
 
-/* Waits for an async save in flight, then releases the store; NULL accepted. */
+/* Waits for an async save in flight, then releases the store and its locks;
+ * NULL accepted. */
 LLMT_API void llmt_ckpt_store_free(llmt_ckpt_store *store);
 
 #define LLMT_TRAIN_STATE_VERSION 1
@@ -85,8 +97,10 @@ typedef struct llmt_train_state {
  * it is committed (and, in the durable tier, synced). Rotation then deletes
  * the oldest beyond keep, never the one just committed. A failure removes
  * the temporary directory and leaves every earlier checkpoint as it was. A
- * checkpoint of the same step is replaced. Errors: LLMT_EIO naming the file,
- * LLMT_EINVAL, and an earlier async save's error. */
+ * checkpoint of the same step (valid or damaged) is replaced, atomically; a
+ * non-directory of that name is not touched and the save fails. Errors:
+ * LLMT_EIO naming the file (or the read-only tier), LLMT_EINVAL, and an
+ * earlier async save's error. */
 LLMT_API int llmt_ckpt_save(llmt_ckpt_store *store, const llmt_train_state *state, int32_t tier);
 
 /* Like llmt_ckpt_save, but returns once the state has been copied into a
@@ -100,9 +114,10 @@ LLMT_API int llmt_ckpt_save_async(llmt_ckpt_store *store, const llmt_train_state
 /* Waits for an async save in flight; returns its status (LLMT_OK if none). */
 LLMT_API int llmt_ckpt_wait(llmt_ckpt_store *store);
 
-/* Steps of the committed checkpoints (directories step-N) of tier, ascending,
- * into a caller array of cap entries; *count receives how many there are
- * (cap 0 asks for the count). Not verified: see llmt_ckpt_verify. */
+/* Steps of the committed checkpoints (directories step-N; anything else of
+ * that name, such as a plain file, is ignored) of tier, ascending, into a
+ * caller array of cap entries; *count receives how many there are (cap 0
+ * asks for the count). Not verified: see llmt_ckpt_verify. */
 LLMT_API int llmt_ckpt_list(llmt_ckpt_store *store, int32_t tier, int64_t *steps, size_t cap,
                             size_t *count);
 
@@ -112,10 +127,13 @@ LLMT_API int llmt_ckpt_list(llmt_ckpt_store *store, int32_t tier, int64_t *steps
 LLMT_API int llmt_ckpt_verify(llmt_ckpt_store *store, int64_t step, int32_t tier);
 
 /* The newest checkpoint over both tiers that verifies (the higher step; the
- * durable one when both tiers hold it). Checkpoints passed over are
+ * durable one when both tiers hold it). Checkpoints passed over, and
+ * entries named like checkpoints that are not directories (ignored), are
  * described, one line each with the reason, in notes (a caller buffer of
- * notes_cap bytes, NUL-terminated, may be NULL). LLMT_ENOTFOUND when none
- * verifies. */
+ * notes_cap bytes, NUL-terminated, may be NULL with notes_cap 0).
+ * LLMT_ENOTFOUND when the store holds no checkpoint (a fresh start);
+ * LLMT_ECORRUPT when it holds checkpoints and none verifies, the message
+ * naming every one refused and why. */
 LLMT_API int llmt_ckpt_latest(llmt_ckpt_store *store, int64_t *step, int32_t *tier, char *notes,
                               size_t notes_cap);
 

@@ -34,7 +34,8 @@ enum {
     LLMT_EUNSUPPORTED = -6, /* the feature is not available in this build or backend */
     LLMT_ECUDA = -7,        /* the CUDA runtime or a CUDA library reported an error */
     LLMT_ESTATE = -8,       /* the object is not in a state that allows the call */
-    LLMT_ENOTFOUND = -9     /* the requested item does not exist */
+    LLMT_ENOTFOUND = -9,    /* the requested item does not exist */
+    LLMT_EBUSY = -10        /* another process (or handle) holds the item's lock */
 };
 
 /* Static text describing a status code ("invalid argument"); never NULL. */

@@ -70,13 +70,23 @@ typedef struct llmt_train_config {
 LLMT_API void llmt_train_config_init(llmt_train_config *cfg);
 
 /* Parses YAML text over cfg (which the caller initialised): only the keys
- * present change. `source` names the text in messages ("run.yaml").
- * Errors: LLMT_EINVAL naming source:line:column and the key. On error cfg
- * may be partly changed. */
+ * present change. `source` names the text in messages ("run.yaml"). The
+ * text is one YAML document nested at most 32 deep: a second document
+ * ('---' mid-file) or deeper nesting is refused. Errors: LLMT_EINVAL naming
+ * source:line:column and the key. On error cfg may be partly changed. */
 LLMT_API int llmt_train_config_parse_yaml(llmt_train_config *cfg, const char *text, size_t len,
                                           const char *source);
 
-/* Reads and parses a YAML file over cfg. Errors as parse, and LLMT_EIO. */
+/* Sets one key of cfg from its text, as a YAML file would: key is the
+ * dotted name of docs/config.md ("optimizer.lr", "batch.batch_size",
+ * "precision"), value the plain text of the value ("3e-4", "true", a path;
+ * no YAML quoting). The value is checked exactly as the YAML loader checks
+ * it. Errors: LLMT_EINVAL naming the key and the value (unknown key, wrong
+ * type, out of range), LLMT_EVERSION; cfg is unchanged then. */
+LLMT_API int llmt_train_config_set(llmt_train_config *cfg, const char *key, const char *value);
+
+/* Reads and parses a YAML file over cfg. Errors as parse, and LLMT_EIO
+ * (unreadable; a FIFO, directory or device, refused without blocking). */
 LLMT_API int llmt_train_config_load_yaml(llmt_train_config *cfg, const char *path);
 
 /* Checks the relations between fields (micro_batch <= batch_size, seq_len

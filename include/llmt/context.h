@@ -54,7 +54,8 @@ typedef struct llmt_context_config {
 /* Fills cfg with the defaults of LLMT_CONTEXT_CONFIG_INIT. */
 LLMT_API void llmt_context_config_init(llmt_context_config *cfg);
 
-/* Creates a context. Errors: LLMT_EINVAL (NULL or out-of-range field),
+/* Creates a context; cfg NULL means LLMT_CONTEXT_CONFIG_INIT (the CPU, all
+ * online cores, no budget, seed 0). Errors: LLMT_EINVAL (out-of-range field),
  * LLMT_EVERSION (unknown cfg->version), LLMT_EUNSUPPORTED (CUDA asked for in a
  * build without it), LLMT_ECUDA (no usable device). The context is the
  * caller's; release it with llmt_context_free after every object made from it. */

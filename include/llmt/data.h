@@ -102,7 +102,8 @@ typedef struct llmt_loader_config {
 /* Fills cfg with the defaults of LLMT_LOADER_CONFIG_INIT. */
 LLMT_API void llmt_loader_config_init(llmt_loader_config *cfg);
 
-/* Opens a loader over n_paths shard files, taken in the given order. Every
+/* Opens a loader over n_paths shard files, taken in the given order. cfg is
+ * required (NULL is refused: vocab_size has no default). Every
  * shard is validated before this returns (header, size, every token below
  * vocab_size, at least seq_len + 1 tokens) and mapped read-only; the files
  * must not change while the loader is open. ctx is read only for its seed
@@ -119,7 +120,7 @@ LLMT_API int llmt_loader_open(llmt_loader **out, llmt_context *ctx, const char *
                               size_t n_paths, const llmt_loader_config *cfg);
 
 /* Like llmt_loader_open over the files matching a glob(3) pattern, sorted by
- * byte-wise name. Errors: those of llmt_loader_open; LLMT_EINVAL when nothing
+ * byte-wise name (cfg required likewise). Errors: those of llmt_loader_open; LLMT_EINVAL when nothing
  * matches, naming the pattern; LLMT_EIO when a directory cannot be read. */
 LLMT_API int llmt_loader_open_glob(llmt_loader **out, llmt_context *ctx, const char *pattern,
                                    const llmt_loader_config *cfg);
@@ -167,18 +168,21 @@ LLMT_API int llmt_loader_get_state(const llmt_loader *loader, llmt_loader_state 
  * matching them; the loader keeps its position then), LLMT_EVERSION. */
 LLMT_API int llmt_loader_set_state(llmt_loader *loader, const llmt_loader_state *state);
 
-/* The current epoch (from 0), or 0 for NULL. */
-LLMT_API uint64_t llmt_loader_epoch(const llmt_loader *loader);
+/* The getters below write the value to *out and return LLMT_OK, or
+ * LLMT_EINVAL for a NULL loader or out (then *out is not written). */
 
-/* Windows in one epoch: the sum over shards of floor((N - 1) / T); 0 for NULL. */
-LLMT_API uint64_t llmt_loader_windows_per_epoch(const llmt_loader *loader);
+/* The current epoch (from 0). */
+LLMT_API int llmt_loader_epoch(const llmt_loader *loader, uint64_t *out);
+
+/* Windows in one epoch: the sum over shards of floor((N - 1) / T). */
+LLMT_API int llmt_loader_windows_per_epoch(const llmt_loader *loader, uint64_t *out);
 
 /* Input tokens served in one epoch, windows_per_epoch * T (each window also
- * gives T targets); 0 for NULL. */
-LLMT_API uint64_t llmt_loader_tokens_per_epoch(const llmt_loader *loader);
+ * gives T targets). */
+LLMT_API int llmt_loader_tokens_per_epoch(const llmt_loader *loader, uint64_t *out);
 
-/* The number of shards, or 0 for NULL. */
-LLMT_API uint64_t llmt_loader_num_shards(const llmt_loader *loader);
+/* The number of shards. */
+LLMT_API int llmt_loader_num_shards(const llmt_loader *loader, uint64_t *out);
 
 #ifdef __cplusplus
 }

@@ -54,10 +54,30 @@ LLMT_API void llmt_model_config_init(llmt_model_config *cfg);
 
 /* Creates a model on ctx and initialises its parameters deterministically
  * from the context's seed: linear and embedding weights N(0, 0.02^2), norm
- * weights 1 (docs/model.md). Gradients start at zero. Errors: LLMT_EINVAL
+ * weights 1 (docs/model.md). Gradients start at zero. cfg is required (NULL
+ * is refused: an architecture has no default worth training by accident;
+ * LLMT_MODEL_CONFIG_INIT is a small one). Errors: LLMT_EINVAL
  * naming the field, LLMT_EVERSION, LLMT_ENOMEM (budget), LLMT_EUNSUPPORTED.
  * The model borrows ctx, which must outlive it. */
 LLMT_API int llmt_model_create(llmt_model **out, llmt_context *ctx, const llmt_model_config *cfg);
+
+/* For llmt_model_create_from_file: the precision the file was saved in. */
+#define LLMT_PRECISION_AS_SAVED (-1)
+
+/* Creates a model on ctx from a file that says what it is, and loads its
+ * weights: path is either a safetensors file whose __metadata__ holds the
+ * configuration under "llmt.model_config" (llmt_model_save_safetensors and
+ * checkpoints write it), or a checkpoint directory (step-NNNNNNNN, e.g. from
+ * llmt_ckpt_path), whose MANIFEST gives the configuration and whose
+ * model.safetensors must match the manifest's size and checksum. precision is
+ * an llmt_precision, or LLMT_PRECISION_AS_SAVED for the one the file records;
+ * weights are converted as llmt_model_load_safetensors does (exact when the
+ * precision is the saved one). Only the weights are loaded: to resume
+ * training, use llmt_ckpt_load. Errors: LLMT_EINVAL (NULL argument, precision
+ * out of range, a file without the configuration), LLMT_EIO and LLMT_ECORRUPT
+ * naming the file, and those of llmt_model_create and
+ * llmt_model_load_safetensors. The model is the caller's (llmt_model_free). */
+LLMT_API int llmt_model_create_from_file(llmt_model **out, llmt_context *ctx, const char *path, int32_t precision);
 
 /* Releases a model and everything it allocated; NULL is accepted. */
 LLMT_API void llmt_model_free(llmt_model *model);

@@ -46,6 +46,16 @@ typedef struct llmt_plan {
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,
                                llmt_plan *out);
 
+/* Plans cfg, as llmt_plan_compute would with a context of backend
+ * (LLMT_BACKEND_CPU or LLMT_BACKEND_CUDA) and num_threads (1..1024), but
+ * without one: nothing is allocated and no device is opened. A CUDA plan
+ * loads the CUDA plugin for its sizes, so it needs the plugin and its
+ * libraries but neither a GPU nor a driver. Errors: LLMT_EINVAL naming the
+ * argument or field, LLMT_EVERSION, LLMT_EUNSUPPORTED when the CUDA plugin
+ * cannot be loaded (naming the file and why) or this build has none. */
+LLMT_API int llmt_plan_compute_backend(int32_t backend, int32_t num_threads,
+                                       const llmt_plan_config *cfg, llmt_plan *out);
+
 /* The largest micro-batch (cfg->micro_batch, then halving: ceil(b / 2) down
  * to 1) and for it the lightest recompute policy (none, ffn_act,
  * ffn_act+attn_core, attn_core+ffn, full) whose plan fits budget bytes.
@@ -53,6 +63,13 @@ LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *
  * micro-batch 1 with full recompute does not fit. */
 LLMT_API int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
                            int32_t *micro_batch, int32_t *recompute);
+
+/* llmt_plan_fit for a backend and thread count, without a context (as
+ * llmt_plan_compute_backend, with its errors). The fit is for
+ * cfg->model.precision: to search precisions too, call it for each. */
+LLMT_API int llmt_plan_fit_backend(int32_t backend, int32_t num_threads,
+                                   const llmt_plan_config *cfg, uint64_t budget,
+                                   int32_t *micro_batch, int32_t *recompute);
 
 #ifdef __cplusplus
 }

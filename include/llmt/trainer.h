@@ -83,8 +83,12 @@ typedef struct llmt_trainer_config {
 /* Fills cfg with the defaults of LLMT_TRAINER_CONFIG_INIT. */
 LLMT_API void llmt_trainer_config_init(llmt_trainer_config *cfg);
 
-/* Creates a trainer over borrowed parts. Errors: LLMT_EINVAL naming the part
- * or field, LLMT_EVERSION. */
+/* Creates a trainer over borrowed parts. cfg NULL means
+ * LLMT_TRAINER_CONFIG_INIT with batch_size and seq_len those of parts->loader,
+ * and adaptive only when parts has both recompute and slicer. cfg's
+ * batch_size and seq_len must be those the loader (and eval loader) serve.
+ * Errors: LLMT_EINVAL naming the part or field (a batch_size or seq_len
+ * mismatch names both values), LLMT_EVERSION. */
 LLMT_API int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
                                  const llmt_trainer_config *cfg);
 
@@ -149,12 +153,18 @@ LLMT_API int llmt_trainer_set_log(llmt_trainer *tr, llmt_log_callback cb, void *
  * callback asks to stop. */
 LLMT_API int llmt_trainer_run(llmt_trainer *tr, int64_t steps);
 
-/* Loads the newest valid checkpoint of the store (if any) into the parts and
- * the trainer's own state (step, tokens, controller). *step receives the
- * step resumed from, or -1 when there was none (a fresh start). */
+/* Loads the newest valid checkpoint of the store into the parts and the
+ * trainer's own state (step, tokens, controller). *step receives the step
+ * resumed from, or -1 when the store holds no checkpoint (a fresh start,
+ * LLMT_OK). When it holds checkpoints none of which verifies: LLMT_ECORRUPT,
+ * the message naming each one and why it was refused, and nothing is
+ * loaded (to start over anyway, do not resume: saves replace them). */
 LLMT_API int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step);
 
-/* Saves a checkpoint of the current state now, synchronously, in tier. */
+/* Saves a checkpoint of the current state now, synchronously, in tier. When
+ * this trainer already committed (or resumed from) the current step in that
+ * tier, nothing is written and LLMT_OK returned (after any async save in
+ * flight finishes, whose error it returns). */
 LLMT_API int llmt_trainer_save(llmt_trainer *tr, int32_t tier);
 
 /* The held-out loss over eval_batches batches of the eval loader (from its

@@ -82,7 +82,10 @@ static int fill_manifest(const llmt_train_state *st, llmt_manifest *m)
     m->format = LLMT_MANIFEST_FORMAT;
     m->step = st->step;
     m->tokens_seen = st->tokens_seen;
-    m->epoch = st->loader ? (int64_t)llmt_loader_epoch(st->loader) : 0;
+    uint64_t epoch = 0;
+    if (st->loader)
+        llmt_loader_epoch(st->loader, &epoch); /* cannot fail: both given */
+    m->epoch = (int64_t)epoch;
     m->model = model->cfg;
     if (st->optimizer) {
         m->has_optimizer = 1;
@@ -294,7 +297,7 @@ static int rotate(const llmt_ckpt_store *s, int tier, int64_t protect)
 {
     size_t n = 0;
     int64_t *steps = NULL;
-    int rc = llmt_ckpt_scan(s, tier, &steps, &n);
+    int rc = llmt_ckpt_scan(s, tier, &steps, &n, NULL, 0);
     for (size_t i = 0; !rc && n - i > (size_t)s->keep[tier]; i++) {
         if (steps[i] == protect)
             continue;
@@ -327,7 +330,13 @@ int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
     char *old = NULL;
     int rc = tmp && final ? write_files(tmp, snap, sync) : (tmp ? llmt_fail(LLMT_ENOMEM, "out of memory") : LLMT_EIO);
     struct stat st;
-    if (!rc && stat(final, &st) == 0) { /* the same step again: move the old one aside */
+    if (!rc && lstat(final, &st) == 0 && !S_ISDIR(st.st_mode)) /* not ours to remove */
+        rc = llmt_fail(LLMT_EIO, "%s exists and is not a directory (not a checkpoint): remove "
+                       "or rename it", final);
+    /* The same step again (or a damaged one under its name): the old one is
+     * moved aside, replaced, then removed; a crash in between leaves it to be
+     * put back or removed by the next open. */
+    if (!rc && lstat(final, &st) == 0) {
         old = fresh_dir(dir, name, "old");
         if (!old || rename(final, old) != 0)
             rc = old ? llmt_fail(LLMT_EIO, "%s: cannot move aside: %s", final, strerror(errno)) : LLMT_EIO;

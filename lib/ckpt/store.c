@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,18 +39,24 @@ char *llmt_ckpt_file(const llmt_ckpt_store *s, int tier, int64_t step, const cha
     return p;
 }
 
-/* The step of a committed checkpoint's directory name, or -1. */
+/* The step of a committed checkpoint's name, or -1: exactly the name
+ * llmt_ckpt_dirname gives that step ("step-35" is not one). */
 static int64_t step_of(const char *name)
 {
     if (strncmp(name, "step-", 5) != 0 || !name[5] || strspn(name + 5, "0123456789") != strlen(name + 5) ||
         strlen(name + 5) > 18)
         return -1;
-    return strtoll(name + 5, NULL, 10);
+    int64_t step = strtoll(name + 5, NULL, 10);
+    char canonical[64];
+    llmt_ckpt_dirname(canonical, sizeof canonical, step);
+    return strcmp(name, canonical) == 0 ? step : -1;
 }
 
 /* Finishes what interrupted saves left in dir: temporary directories are
  * removed; a checkpoint moved aside to be replaced is put back when its
- * replacement never arrived, else removed. */
+ * replacement never arrived, else removed. What cannot be removed or put
+ * back (a read-only store) is left as it is: no such name is ever taken for
+ * a checkpoint, so reading the store does not need it gone. */
 static int clean_dir(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -73,11 +80,9 @@ static int clean_dir(const char *dir)
         snprintf(final, n, "%s/%.*s", dir, (int)((tmp ? tmp : old) - e->d_name), e->d_name);
         struct stat st;
         if (old && stat(final, &st) != 0)
-            rc = rename(path, final) == 0 ? LLMT_OK
-                                          : llmt_fail(LLMT_EIO, "%s: cannot restore: %s", path,
-                                                      strerror(errno));
+            (void)rename(path, final);
         else
-            rc = llmt_remove_tree(path);
+            (void)llmt_remove_tree(path);
         free(path);
         free(final);
     }
@@ -92,8 +97,11 @@ int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *d
     if (!out)
         return llmt_fail(LLMT_EINVAL, "%s: out is NULL", fn);
     *out = NULL;
-    if (!ctx || !dir || !cfg)
-        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !ctx ? "ctx" : !dir ? "dir" : "cfg");
+    if (!ctx || !dir)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !ctx ? "ctx" : "dir");
+    const llmt_ckpt_store_config defaults = LLMT_CKPT_STORE_CONFIG_INIT;
+    if (!cfg)
+        cfg = &defaults;
     if (cfg->version != LLMT_CKPT_STORE_CONFIG_VERSION)
         return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
                          cfg->version, LLMT_CKPT_STORE_CONFIG_VERSION);
@@ -112,10 +120,13 @@ int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *d
     s->keep[LLMT_CKPT_FAST] = cfg->fast_keep;
     s->sync[LLMT_CKPT_DURABLE] = cfg->sync;
     s->sync[LLMT_CKPT_FAST] = 0; /* tmpfs: nothing to sync to */
+    s->lock_fd[0] = s->lock_fd[1] = -1;
     int rc = s->dir[0] && (!cfg->fast_dir || s->dir[1]) ? LLMT_OK
                                                         : llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
+    /* Locked before cleaning: what another process's save left in progress
+     * is its own. */
     for (int t = 0; t < 2 && !rc; t++)
-        if (s->dir[t] && !(rc = llmt_mkdirs(s->dir[t])))
+        if (s->dir[t] && !(rc = llmt_mkdirs(s->dir[t])) && !(rc = llmt_ckpt_lock(s, t)))
             rc = clean_dir(s->dir[t]);
     if (rc) {
         llmt_ckpt_store_free(s);
@@ -130,6 +141,7 @@ void llmt_ckpt_store_free(llmt_ckpt_store *s)
     if (!s)
         return;
     llmt_ckpt_join(s);
+    llmt_ckpt_unlock(s);
     llmt_buf_free(s->ctx, &s->staging);
     free(s->dir[0]);
     free(s->dir[1]);
@@ -181,6 +193,9 @@ static int check_save(llmt_ckpt_store *s, const llmt_train_state *st, int32_t ti
         return llmt_fail(LLMT_EINVAL, "%s: tier = %d is not a tier", fn, tier);
     if (!s->dir[tier])
         return llmt_fail(LLMT_EINVAL, "%s: the store has no fast tier (cfg->fast_dir)", fn);
+    if (s->read_only[tier][0])
+        return llmt_fail(LLMT_EIO, "%s: %s was opened for reading only (%s): nothing can be "
+                         "saved there", fn, s->dir[tier], s->read_only[tier]);
     if (st->step < 0 || st->tokens_seen < 0 || (st->user_blob_size && !st->user_blob))
         return llmt_fail(LLMT_EINVAL, "%s: step = %lld, tokens_seen = %lld, user_blob %s", fn,
                          (long long)st->step, (long long)st->tokens_seen,
@@ -228,22 +243,55 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *n)
+/* Appends a formatted line to a NUL-terminated buffer of cap bytes (NULL: none). */
+static void note(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void note(char *buf, size_t cap, const char *fmt, ...)
+{
+    if (!buf || !cap)
+        return;
+    size_t used = strnlen(buf, cap);
+    if (used + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, cap - used, fmt, ap);
+    va_end(ap);
+}
+
+int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *n, char *ignored,
+                   size_t cap)
 {
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(s->dir[tier]);
     if (!d)
         return llmt_fail(LLMT_EIO, "%s: cannot open: %s", s->dir[tier], strerror(errno));
-    size_t cap = 0;
+    size_t room = 0;
     int rc = LLMT_OK;
     struct dirent *e;
     while ((e = readdir(d))) {
         int64_t step = step_of(e->d_name);
         if (step < 0)
             continue;
-        if (*n == cap) {
-            int64_t *grown = realloc(*steps, (cap = cap ? 2 * cap : 16) * sizeof **steps);
+        /* Only a directory is a checkpoint; a stray file of that name is
+         * neither loaded nor rotated (lstat: a link is not followed). */
+        size_t len = strlen(s->dir[tier]) + strlen(e->d_name) + 2;
+        char *path = malloc(len);
+        if (!path) {
+            rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory", s->dir[tier]);
+            break;
+        }
+        snprintf(path, len, "%s/%s", s->dir[tier], e->d_name);
+        struct stat st;
+        int is_dir = lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+        free(path);
+        if (!is_dir) {
+            note(ignored, cap, "%s/%s (%s): not a directory, ignored\n", s->dir[tier], e->d_name,
+                 tier_names[tier]);
+            continue;
+        }
+        if (*n == room) {
+            int64_t *grown = realloc(*steps, (room = room ? 2 * room : 16) * sizeof **steps);
             if (!grown) {
                 rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory", s->dir[tier]);
                 break;
@@ -274,7 +322,7 @@ int llmt_ckpt_list(llmt_ckpt_store *s, int32_t tier, int64_t *steps, size_t cap,
     int64_t *all = NULL;
     size_t n = 0;
     if (!rc)
-        rc = llmt_ckpt_scan(s, tier, &all, &n);
+        rc = llmt_ckpt_scan(s, tier, &all, &n, NULL, 0);
     if (rc)
         return rc;
     *count = n;
@@ -371,9 +419,9 @@ int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *not
                      size_t notes_cap)
 {
     const char *fn = "llmt_ckpt_latest";
-    if (!s || !step || !tier)
+    if (!s || !step || !tier || (notes_cap && !notes))
         return llmt_fail(LLMT_EINVAL, "%s: a required argument is NULL", fn);
-    if (notes && notes_cap)
+    if (notes_cap)
         notes[0] = '\0';
     int rc = llmt_ckpt_join(s);
     if (rc)
@@ -382,8 +430,10 @@ int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *not
     size_t n[2] = {0, 0};
     for (int t = 0; t < 2 && !rc; t++)
         if (s->dir[t])
-            rc = llmt_ckpt_scan(s, t, &steps[t], &n[t]);
-    /* Newest first; at equal steps the durable tier first. */
+            rc = llmt_ckpt_scan(s, t, &steps[t], &n[t], notes, notes_cap);
+    /* Newest first; at equal steps the durable tier first. Each refusal is
+     * kept (refused, "; "-separated) for the error when none verifies. */
+    char refused[3072] = "";
     size_t i[2] = {n[0], n[1]};
     while (!rc && (i[0] || i[1])) {
         int t = !i[0] ? 1 : !i[1] ? 0 : steps[1][i[1] - 1] > steps[0][i[0] - 1] ? 1 : 0;
@@ -395,15 +445,19 @@ int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *not
             free(steps[1]);
             return LLMT_OK;
         }
-        if (notes && notes_cap) {
-            size_t used = strlen(notes);
-            snprintf(notes + used, notes_cap - used, "%s\n", llmt_error_last());
-        }
+        note(notes, notes_cap, "%s\n", llmt_error_last());
+        note(refused, sizeof refused, "%s%s", refused[0] ? "; " : "", llmt_error_last());
     }
     free(steps[0]);
     free(steps[1]);
-    return rc ? rc : llmt_fail(LLMT_ENOTFOUND, "%s: no checkpoint in %s%s%s verifies", fn,
-                               s->dir[0], s->dir[1] ? " or " : "", s->dir[1] ? s->dir[1] : "");
+    if (rc)
+        return rc;
+    const char *dirs[2] = {s->dir[0], s->dir[1] ? s->dir[1] : ""};
+    if (!n[0] && !n[1]) /* an empty store: a fresh start */
+        return llmt_fail(LLMT_ENOTFOUND, "%s: no checkpoint in %s%s%s", fn, dirs[0],
+                         s->dir[1] ? " or " : "", dirs[1]);
+    return llmt_fail(LLMT_ECORRUPT, "%s: none of the %zu checkpoints in %s%s%s verifies: %s", fn,
+                     n[0] + n[1], dirs[0], s->dir[1] ? " or " : "", dirs[1], refused);
 }
 
 int llmt_ckpt_path(const llmt_ckpt_store *s, int64_t step, int32_t tier, char *out, size_t cap,

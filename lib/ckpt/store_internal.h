@@ -31,11 +31,18 @@ typedef struct ckpt_snapshot {
     const struct llmt_optimizer *optimizer;
 } ckpt_snapshot;
 
+#define CKPT_LOCK_FILE "llmt.lock"
+
 struct llmt_ckpt_store {
     llmt_context *ctx;
     char *dir[2];
     int keep[2];
     int sync[2];
+    /* The flock'ed lock file of each tier (-1: none), held until free. */
+    int lock_fd[2];
+    /* Why a tier cannot be saved into ("" when it can): its directory is not
+     * writable, so it was opened for reading only. */
+    char read_only[2][256];
 
     /* The async save: at most one in flight. */
     pthread_t thread;
@@ -66,8 +73,21 @@ char *llmt_ckpt_file(const llmt_ckpt_store *s, int tier, int64_t step, const cha
  * included); messages name the checkpoint. */
 int llmt_ckpt_read_manifest(const llmt_ckpt_store *s, int64_t step, int tier, llmt_manifest *m);
 
-/* The committed steps of a tier, ascending, malloc'ed (NULL when none). */
-int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *n);
+/* The committed steps of a tier (directories named step-N), ascending,
+ * malloc'ed (NULL when none). Anything else named like a checkpoint (a plain
+ * file, a symbolic link) is ignored; with ignored non-NULL, one line per such
+ * entry is appended there (a NUL-terminated buffer of cap bytes). */
+int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *n, char *ignored,
+                   size_t cap);
+
+/* Takes tier's lock (an exclusive flock on CKPT_LOCK_FILE in its
+ * directory, the pid written in it) or fails with LLMT_EBUSY naming the
+ * holder's pid. A directory that cannot be written is opened read-only
+ * (s->read_only[tier] says why; saves there are refused). */
+int llmt_ckpt_lock(llmt_ckpt_store *s, int tier);
+
+/* Releases the locks taken by llmt_ckpt_lock. */
+void llmt_ckpt_unlock(llmt_ckpt_store *s);
 
 /* Joins an async save in flight; returns and clears its status, re-raising
  * its message on this thread. */

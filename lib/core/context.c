@@ -50,8 +50,9 @@ int llmt_context_create(llmt_context **out, const llmt_context_config *cfg)
     if (!out)
         return llmt_fail(LLMT_EINVAL, "llmt_context_create: out is NULL");
     *out = NULL;
+    const llmt_context_config defaults = LLMT_CONTEXT_CONFIG_INIT;
     if (!cfg)
-        return llmt_fail(LLMT_EINVAL, "llmt_context_create: cfg is NULL");
+        cfg = &defaults;
     int rc = validate_config(cfg);
     if (rc)
         return rc;

@@ -5,7 +5,9 @@
 #include "llmt/common.h"
 #include "core/error.h"
 
-#define LLMT_ERROR_CAP 1024
+/* Room for a message naming several files (llmt_ckpt_latest names every
+ * checkpoint it refused). */
+#define LLMT_ERROR_CAP 4096
 
 static _Thread_local char error_message[LLMT_ERROR_CAP];
 
@@ -67,6 +69,7 @@ const char *llmt_status_string(int status)
     case LLMT_ECUDA: return "CUDA error";
     case LLMT_ESTATE: return "invalid state";
     case LLMT_ENOTFOUND: return "not found";
+    case LLMT_EBUSY: return "in use by another process";
     default: return "unknown status";
     }
 }

@@ -23,6 +23,7 @@
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/loader_internal.h"
 #include "data/shard.h"
 
 typedef struct shard {
@@ -200,7 +201,8 @@ int llmt_loader_open(llmt_loader **out, llmt_context *ctx, const char *const *pa
         return llmt_fail(LLMT_EINVAL, "llmt_loader_open: out is NULL");
     *out = NULL;
     if (!ctx || !cfg)
-        return llmt_fail(LLMT_EINVAL, "llmt_loader_open: %s is NULL", !ctx ? "ctx" : "cfg");
+        return llmt_fail(LLMT_EINVAL, "llmt_loader_open: %s is NULL", !ctx ? "ctx"
+                         : "cfg (required: vocab_size has no default)");
     LLMT_TRY(check_config(cfg));
     if (n_paths == 0)
         return llmt_fail(LLMT_EINVAL, "llmt_loader_open: n_paths = 0: no shard given");
@@ -451,22 +453,45 @@ int llmt_loader_set_state(llmt_loader *l, const llmt_loader_state *st)
     return LLMT_OK;
 }
 
-uint64_t llmt_loader_epoch(const llmt_loader *l)
+/* The getters: *out receives the value; NULL arguments are refused, naming
+ * the function and the argument. */
+static int check_getter(const llmt_loader *l, const void *out, const char *fn)
 {
-    return l ? l->at.epoch : 0;
+    if (!l || !out)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, l ? "out" : "loader");
+    return LLMT_OK;
 }
 
-uint64_t llmt_loader_windows_per_epoch(const llmt_loader *l)
+int llmt_loader_epoch(const llmt_loader *l, uint64_t *out)
 {
-    return l ? l->windows_per_epoch : 0;
+    LLMT_TRY(check_getter(l, out, "llmt_loader_epoch"));
+    *out = l->at.epoch;
+    return LLMT_OK;
 }
 
-uint64_t llmt_loader_tokens_per_epoch(const llmt_loader *l)
+int llmt_loader_windows_per_epoch(const llmt_loader *l, uint64_t *out)
 {
-    return l ? l->windows_per_epoch * (uint64_t)l->seq_len : 0;
+    LLMT_TRY(check_getter(l, out, "llmt_loader_windows_per_epoch"));
+    *out = l->windows_per_epoch;
+    return LLMT_OK;
 }
 
-uint64_t llmt_loader_num_shards(const llmt_loader *l)
+int llmt_loader_tokens_per_epoch(const llmt_loader *l, uint64_t *out)
 {
-    return l ? (uint64_t)l->n_shards : 0;
+    LLMT_TRY(check_getter(l, out, "llmt_loader_tokens_per_epoch"));
+    *out = l->windows_per_epoch * (uint64_t)l->seq_len;
+    return LLMT_OK;
+}
+
+int llmt_loader_num_shards(const llmt_loader *l, uint64_t *out)
+{
+    LLMT_TRY(check_getter(l, out, "llmt_loader_num_shards"));
+    *out = (uint64_t)l->n_shards;
+    return LLMT_OK;
+}
+
+void llmt_loader_shape(const llmt_loader *l, int32_t *batch_size, int32_t *seq_len)
+{
+    *batch_size = l->batch;
+    *seq_len = l->seq_len;
 }

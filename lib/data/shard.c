@@ -180,7 +180,9 @@ int llmt_shard_map_open(llmt_shard_map *s, const char *path, uint64_t min_tokens
                         int32_t vocab_size)
 {
     memset(s, 0, sizeof *s);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+     * writer; it is refused below as not a regular file. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return llmt_fail(LLMT_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -191,7 +193,7 @@ int llmt_shard_map_open(llmt_shard_map *s, const char *path, uint64_t min_tokens
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return llmt_fail(LLMT_EIO, "%s: not a regular file", path);
+        return llmt_fail(LLMT_EIO, "%s: not a regular file (a shard must be one)", path);
     }
     uint64_t bytes = (uint64_t)st.st_size;
     if (bytes < LLMT_SHARD_HEADER_BYTES) {

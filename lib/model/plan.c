@@ -5,10 +5,15 @@
 #include <string.h>
 
 #include "core/context_internal.h"
+#include "core/cuda_plugin_ops.h"
 #include "core/error.h"
 #include "llmt/plan.h"
 #include "model/model_internal.h"
+#include "ops/cpu/cpu_backend.h"
 #include "optim/optim_internal.h"
+
+/* The most host threads a plan without a context takes: a context's bound. */
+#define PLAN_MAX_THREADS 1024
 
 void llmt_plan_config_init(llmt_plan_config *cfg)
 {
@@ -57,10 +62,11 @@ static int check_plan_config(const llmt_plan_config *c, const char *fn)
     return LLMT_OK;
 }
 
-/* The plan of a checked configuration. */
-static int plan(const llmt_context *ctx, const llmt_plan_config *c, llmt_plan *out)
+/* The plan of a checked configuration, for a backend's op table (only its
+ * size functions are called) and a host thread count. */
+static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *c,
+                llmt_plan *out)
 {
-    const llmt_backend_ops *ops = llmt_ops(ctx);
     int64_t params = 0;
     int rc = count_params(&c->model, &params);
     uint8_t *flags = malloc((size_t)c->model.num_layers);
@@ -73,8 +79,8 @@ static int plan(const llmt_context *ctx, const llmt_plan_config *c, llmt_plan *o
     for (int32_t l = 0; l < c->model.num_layers; l++)
         flags[l] = (uint8_t)(c->layer_recompute ? c->layer_recompute[l] : c->recompute);
     llmt_layout lay;
-    rc = llmt_layout_compute(&c->model, flags, c->micro_batch, c->seq_len, ctx->num_threads, ops,
-                             0, &lay);
+    rc = llmt_layout_compute(&c->model, flags, c->micro_batch, c->seq_len, num_threads, ops, 0,
+                             &lay);
     free(flags);
     if (rc)
         return rc;
@@ -95,16 +101,58 @@ static int plan(const llmt_context *ctx, const llmt_plan_config *c, llmt_plan *o
     return LLMT_OK;
 }
 
-int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg, llmt_plan *out)
+/* The op table of a backend without a context: the CPU's (from a CPU device
+ * made and freed at once), or the CUDA plugin's, loaded without opening a
+ * device. Both live as long as the process. */
+static int backend_ops(int32_t backend, int32_t num_threads, const char *fn,
+                       const llmt_backend_ops **out)
 {
-    const char *fn = "llmt_plan_compute";
-    if (!ctx || !cfg || !out)
-        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !ctx ? "ctx" : !cfg ? "cfg" : "out");
+    if (num_threads < 1 || num_threads > PLAN_MAX_THREADS)
+        return llmt_fail(LLMT_EINVAL, "%s: num_threads = %d (must be 1..%d)", fn, num_threads,
+                         PLAN_MAX_THREADS);
+    if (backend == LLMT_BACKEND_CUDA)
+        return llmt_cuda_plugin_ops(out);
+    if (backend != LLMT_BACKEND_CPU)
+        return llmt_fail(LLMT_EINVAL, "%s: backend = %d is not a backend (LLMT_BACKEND_CPU %d, "
+                         "LLMT_BACKEND_CUDA %d)", fn, backend, LLMT_BACKEND_CPU, LLMT_BACKEND_CUDA);
+    llmt_device *dev = NULL;
+    int rc = llmt_cpu_backend_create(num_threads, &dev);
+    if (rc)
+        return rc;
+    *out = dev->ops;
+    llmt_cpu_destroy(dev);
+    return LLMT_OK;
+}
+
+/* Checks the arguments both ways of planning share. */
+static int check_compute_args(const llmt_plan_config *cfg, const llmt_plan *out, const char *fn)
+{
+    if (!cfg || !out)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !cfg ? "cfg" : "out");
     if (out->version != LLMT_PLAN_VERSION)
         return llmt_fail(LLMT_EVERSION, "%s: out->version = %u, this library knows %u", fn,
                          out->version, LLMT_PLAN_VERSION);
-    int rc = check_plan_config(cfg, fn);
-    return rc ? rc : plan(ctx, cfg, out);
+    return check_plan_config(cfg, fn);
+}
+
+int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg, llmt_plan *out)
+{
+    const char *fn = "llmt_plan_compute";
+    if (!ctx)
+        return llmt_fail(LLMT_EINVAL, "%s: ctx is NULL", fn);
+    int rc = check_compute_args(cfg, out, fn);
+    return rc ? rc : plan(llmt_ops(ctx), ctx->num_threads, cfg, out);
+}
+
+int llmt_plan_compute_backend(int32_t backend, int32_t num_threads, const llmt_plan_config *cfg,
+                              llmt_plan *out)
+{
+    const char *fn = "llmt_plan_compute_backend";
+    const llmt_backend_ops *ops = NULL;
+    int rc = check_compute_args(cfg, out, fn);
+    if (!rc)
+        rc = backend_ops(backend, num_threads, fn, &ops);
+    return rc ? rc : plan(ops, num_threads, cfg, out);
 }
 
 /* The recompute ladder, lightest first: what the adaptive controller climbs. */
@@ -116,23 +164,19 @@ static const int32_t ladder[] = {
     LLMT_RECOMPUTE_FULL,
 };
 
-int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
-                  int32_t *micro_batch, int32_t *recompute)
+/* The fit of a checked configuration (see llmt_plan_fit). */
+static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *cfg,
+               uint64_t budget, int32_t *micro_batch, int32_t *recompute, const char *fn)
 {
-    const char *fn = "llmt_plan_fit";
-    if (!ctx || !cfg || !micro_batch || !recompute)
-        return llmt_fail(LLMT_EINVAL, "%s: an argument is NULL", fn);
-    int rc = check_plan_config(cfg, fn);
-    if (rc)
-        return rc;
     llmt_plan_config c = *cfg;
     c.layer_recompute = NULL;
     llmt_plan p = LLMT_PLAN_INIT;
+    int rc;
     for (int32_t b = cfg->micro_batch;; b = (b + 1) / 2) {
         c.micro_batch = b;
         for (size_t i = 0; i < sizeof ladder / sizeof ladder[0]; i++) {
             c.recompute = ladder[i];
-            if ((rc = plan(ctx, &c, &p)))
+            if ((rc = plan(ops, num_threads, &c, &p)))
                 return rc;
             if (p.peak <= budget) {
                 *micro_batch = b;
@@ -151,4 +195,29 @@ int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t
                      (unsigned long long)p.bytes[LLMT_MEM_OPTIMIZER],
                      (unsigned long long)p.bytes[LLMT_MEM_ACTIVATIONS],
                      (unsigned long long)p.bytes[LLMT_MEM_WORKSPACE]);
+}
+
+int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
+                  int32_t *micro_batch, int32_t *recompute)
+{
+    const char *fn = "llmt_plan_fit";
+    if (!ctx || !cfg || !micro_batch || !recompute)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn,
+                         !ctx ? "ctx" : !cfg ? "cfg" : !micro_batch ? "micro_batch" : "recompute");
+    int rc = check_plan_config(cfg, fn);
+    return rc ? rc : fit(llmt_ops(ctx), ctx->num_threads, cfg, budget, micro_batch, recompute, fn);
+}
+
+int llmt_plan_fit_backend(int32_t backend, int32_t num_threads, const llmt_plan_config *cfg,
+                          uint64_t budget, int32_t *micro_batch, int32_t *recompute)
+{
+    const char *fn = "llmt_plan_fit_backend";
+    if (!cfg || !micro_batch || !recompute)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn,
+                         !cfg ? "cfg" : !micro_batch ? "micro_batch" : "recompute");
+    const llmt_backend_ops *ops = NULL;
+    int rc = check_plan_config(cfg, fn);
+    if (!rc)
+        rc = backend_ops(backend, num_threads, fn, &ops);
+    return rc ? rc : fit(ops, num_threads, cfg, budget, micro_batch, recompute, fn);
 }

@@ -2,16 +2,20 @@
  * (libyaml's document API, so every node carries its line and column),
  * validation of types and ranges, and writing. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "core/error.h"
 #include "llmt/config.h"
+#include "llmt/data.h"
 #include "llmt/recompute.h"
 #include "train/config_internal.h"
 #include "util/format.h"
@@ -110,6 +114,9 @@ void llmt_train_config_init(llmt_train_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->version = LLMT_TRAIN_CONFIG_VERSION;
     llmt_model_config_init(&cfg->model);
+    /* The byte tokenizer's ids (256 bytes and end-of-text), so the defaults
+     * train on what llmt-tokenize and llmt-train's default corpus write. */
+    cfg->model.vocab_size = LLMT_BYTE_VOCAB;
     llmt_optimizer_config_init(&cfg->optimizer);
     llmt_loss_scaler_config_init(&cfg->loss_scale);
     cfg->batch_size = 8;
@@ -239,81 +246,103 @@ static int parse_recompute(const char *s, int32_t *out)
     return 0;
 }
 
-/* Sets field f from scalar node n. */
-static int set_field(const parse_ctx *p, const field *f, const yaml_node_t *n, const char *key)
+/* Writes the reason a value is refused into why; returns -1. */
+static int refuse(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int refuse(char *why, size_t cap, const char *fmt, ...)
 {
-    if (n->type != YAML_SCALAR_NODE)
-        return fail_at(p, n, key, "expected a single value, found a %s",
-                       n->type == YAML_MAPPING_NODE ? "mapping" : "sequence");
-    const char *s = scalar_text(n);
-    void *dst = (char *)p->cfg + f->offset;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Sets field f of cfg from the text s, the one check every way of setting a
+ * key goes through (YAML files and llmt_train_config_set). On error writes
+ * why (naming the value, not the key) and returns -1; cfg is unchanged. */
+static int set_value(llmt_train_config *cfg, const field *f, const char *s, char *why, size_t cap)
+{
+    void *dst = (char *)cfg + f->offset;
     long long iv = 0;
     double dv = 0;
     switch (f->type) {
     case K_U64: {
         unsigned long long uv = 0;
         if (parse_uint(s, &uv))
-            return fail_at(p, n, key, "'%s' is not a non-negative integer", s);
+            return refuse(why, cap, "'%s' is not a non-negative integer", s);
         *(uint64_t *)dst = uv;
-        return LLMT_OK;
+        return 0;
     }
     case K_I32:
     case K_I64:
         if (parse_int(s, &iv))
-            return fail_at(p, n, key, "'%s' is not an integer", s);
+            return refuse(why, cap, "'%s' is not an integer", s);
         if ((double)iv < f->lo || (double)iv > f->hi)
-            return fail_at(p, n, key, "%lld is outside %.0f..%.0f", iv, f->lo, f->hi);
+            return refuse(why, cap, "%lld is outside %.0f..%.0f", iv, f->lo, f->hi);
         if (f->type == K_I32)
             *(int32_t *)dst = (int32_t)iv;
         else
             *(int64_t *)dst = iv;
-        return LLMT_OK;
+        return 0;
     case K_BYTES:
         if (parse_bytes(s, &dv) || dv < 0 || dv > f->hi)
-            return fail_at(p, n, key, "'%s' is not a byte count (an integer, or with a unit: "
-                           "KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s);
+            return refuse(why, cap, "'%s' is not a byte count (an integer, or with a unit: "
+                            "KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s);
         *(uint64_t *)dst = (uint64_t)dv;
-        return LLMT_OK;
+        return 0;
     case K_F32:
     case K_F64:
         if (parse_number(s, &dv))
-            return fail_at(p, n, key, "'%s' is not a number", s);
+            return refuse(why, cap, "'%s' is not a number", s);
         if (dv < f->lo || dv > f->hi)
-            return fail_at(p, n, key, "%g is outside [%g, %g]", dv, f->lo, f->hi);
+            return refuse(why, cap, "%g is outside [%g, %g]", dv, f->lo, f->hi);
         if (f->type == K_F32)
             *(float *)dst = (float)dv;
         else
             *(double *)dst = dv;
-        return LLMT_OK;
+        return 0;
     case K_BOOL:
         if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
-            return fail_at(p, n, key, "'%s' is not true or false", s);
+            return refuse(why, cap, "'%s' is not true or false", s);
         *(int32_t *)dst = strcmp(s, "true") == 0;
-        return LLMT_OK;
+        return 0;
     case K_PATH:
         if (strlen(s) >= LLMT_CONFIG_PATH_MAX)
-            return fail_at(p, n, key, "longer than %d bytes", LLMT_CONFIG_PATH_MAX - 1);
+            return refuse(why, cap, "longer than %d bytes", LLMT_CONFIG_PATH_MAX - 1);
         memcpy(dst, s, strlen(s) + 1);
-        return LLMT_OK;
+        return 0;
     case K_ENUM:
         for (int32_t i = 0; f->names[i]; i++)
             if (strcmp(s, f->names[i]) == 0) {
                 *(int32_t *)dst = i;
-                return LLMT_OK;
+                return 0;
             }
         {
             char choices[256] = "";
             for (int i = 0; f->names[i]; i++)
                 snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
                          i ? ", " : "", f->names[i]);
-            return fail_at(p, n, key, "'%s' is not one of %s", s, choices);
+            return refuse(why, cap, "'%s' is not one of %s", s, choices);
         }
     case K_RECOMPUTE:
         if (parse_recompute(s, (int32_t *)dst))
-            return fail_at(p, n, key, "'%s' is not none or flags attn_core, ffn_act, ffn, full "
-                           "joined by '+'", s);
-        return LLMT_OK;
+            return refuse(why, cap, "'%s' is not none or flags attn_core, ffn_act, ffn, full "
+                            "joined by '+'", s);
+        return 0;
     }
+    return 0;
+}
+
+/* Sets field f from scalar node n; errors name source:line:column and key. */
+static int set_field(const parse_ctx *p, const field *f, const yaml_node_t *n, const char *key)
+{
+    if (n->type != YAML_SCALAR_NODE)
+        return fail_at(p, n, key, "expected a single value, found a %s",
+                       n->type == YAML_MAPPING_NODE ? "mapping" : "sequence");
+    char why[512];
+    if (set_value(p->cfg, f, scalar_text(n), why, sizeof why))
+        return fail_at(p, n, key, "%s", why);
     return LLMT_OK;
 }
 
@@ -371,6 +400,49 @@ static int walk_mapping(const parse_ctx *p, const yaml_node_t *map, const char *
     return LLMT_OK;
 }
 
+/* A configuration nests two levels; deeper input is refused before libyaml
+ * builds it (its scanner is quadratic in the depth of flow collections). */
+#define MAX_DEPTH 32
+
+/* Reads text's events once: refuses a second document (everything after a
+ * '---' mid-file would otherwise be ignored) and nesting deeper than
+ * MAX_DEPTH, stopping at the first offence. Syntax errors are left to the
+ * loader, which reports them with the same position. */
+static int check_structure(const char *text, size_t len, const char *source)
+{
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return llmt_fail(LLMT_ENOMEM, "%s: out of memory", source);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int rc = LLMT_OK, depth = 0, documents = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev))
+            break;
+        yaml_event_type_t type = ev.type;
+        size_t line = ev.start_mark.line + 1, column = ev.start_mark.column + 1;
+        yaml_event_delete(&ev);
+        if (type == YAML_STREAM_END_EVENT)
+            break;
+        if (type == YAML_DOCUMENT_START_EVENT && ++documents > 1) {
+            rc = llmt_fail(LLMT_EINVAL, "%s:%zu:%zu: a second YAML document ('---'): a "
+                           "configuration is one document", source, line, column);
+            break;
+        }
+        if (type == YAML_MAPPING_START_EVENT || type == YAML_SEQUENCE_START_EVENT) {
+            if (++depth > MAX_DEPTH) {
+                rc = llmt_fail(LLMT_EINVAL, "%s:%zu:%zu: nested deeper than %d levels", source,
+                               line, column, MAX_DEPTH);
+                break;
+            }
+        } else if (type == YAML_MAPPING_END_EVENT || type == YAML_SEQUENCE_END_EVENT) {
+            depth--;
+        }
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
 int llmt_train_config_parse_yaml(llmt_train_config *cfg, const char *text, size_t len,
                                  const char *source)
 {
@@ -381,6 +453,7 @@ int llmt_train_config_parse_yaml(llmt_train_config *cfg, const char *text, size_
         return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
                          cfg->version, LLMT_TRAIN_CONFIG_VERSION);
     source = source ? source : "config";
+    LLMT_TRY(check_structure(text, len, source));
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser))
@@ -405,13 +478,59 @@ int llmt_train_config_parse_yaml(llmt_train_config *cfg, const char *text, size_
     return rc;
 }
 
+int llmt_train_config_set(llmt_train_config *cfg, const char *key, const char *value)
+{
+    const char *fn = "llmt_train_config_set";
+    if (!cfg || !key || !value)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !cfg ? "cfg" : !key ? "key" : "value");
+    if (cfg->version != LLMT_TRAIN_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
+                         cfg->version, LLMT_TRAIN_CONFIG_VERSION);
+    const char *dot = strchr(key, '.');
+    char section[64];
+    const field *f = NULL;
+    if (!dot)
+        f = find_field(NULL, key);
+    else if ((size_t)(dot - key) < sizeof section) {
+        memcpy(section, key, (size_t)(dot - key));
+        section[dot - key] = '\0';
+        f = find_field(section, dot + 1);
+    }
+    if (!f)
+        return llmt_fail(LLMT_EINVAL, "%s: unknown key (docs/config.md lists the keys)", key);
+    char why[512];
+    if (set_value(cfg, f, value, why, sizeof why))
+        return llmt_fail(LLMT_EINVAL, "%s: %s", key, why);
+    return LLMT_OK;
+}
+
 int llmt_train_config_load_yaml(llmt_train_config *cfg, const char *path)
 {
     if (!path)
         return llmt_fail(LLMT_EINVAL, "llmt_train_config_load_yaml: path is NULL");
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is
+     * refused below, as are directories and devices. A regular file ignores
+     * the flag. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return llmt_fail(LLMT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    const char *why = fstat(fd, &st) != 0   ? strerror(errno)
+                      : S_ISREG(st.st_mode) ? NULL
+                      : S_ISDIR(st.st_mode) ? "a directory, not a configuration file"
+                      : S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file"
+                                             : "not a regular file";
+    if (why) {
+        int rc = llmt_fail(LLMT_EIO, "%s: %s", path, why);
+        close(fd);
+        return rc;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int rc = llmt_fail(LLMT_EIO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
     char *text = NULL;
     size_t len = 0, cap = 0;
     int rc = LLMT_OK;

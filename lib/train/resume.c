@@ -65,9 +65,9 @@ int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
     if (notes[0])
         llmt_trainer_log(tr, "resume", "checkpoints passed over:\n%s", notes);
     if (rc == LLMT_ENOTFOUND)
-        return LLMT_OK; /* a fresh start */
-    if (rc)
-        return rc;
+        return LLMT_OK; /* an empty store: a fresh start */
+    if (rc) /* LLMT_ECORRUPT: checkpoints, none usable; the message names each and why */
+        return llmt_fail_prefix(rc, "llmt_trainer_resume_latest");
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
     char blob[256];
     llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
@@ -76,6 +76,7 @@ int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
     LLMT_TRY(restore_blob(tr, blob, blob_len));
     tr->step = st.step;
     tr->tokens_seen = st.tokens_seen;
+    tr->saved_step[tier] = found;
     llmt_trainer_log(tr, "resume", "resumed from step %lld (%s tier)", (long long)found,
                      tier ? "fast" : "durable");
     *step = found;

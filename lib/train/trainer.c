@@ -9,6 +9,7 @@
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "data/loader_internal.h"
 #include "train/trainer_internal.h"
 #include "util/json.h"
 
@@ -57,6 +58,19 @@ static int check_parts(const llmt_trainer_parts *p, const llmt_trainer_config *c
         return llmt_fail(LLMT_EINVAL, "%s: cfg->batch_size = %d, cfg->seq_len = %d (the model's "
                          "max_seq_len is %d)", fn, c->batch_size, c->seq_len,
                          p->model->cfg.max_seq_len);
+    /* Each step asks the loaders for batch_size x seq_len tokens: refused
+     * here rather than at the first step. */
+    const llmt_loader *loaders[2] = {p->loader, p->eval_loader};
+    for (int i = 0; i < 2; i++) {
+        int32_t b = 0, t = 0;
+        if (!loaders[i])
+            continue;
+        llmt_loader_shape(loaders[i], &b, &t);
+        if (b != c->batch_size || t != c->seq_len)
+            return llmt_fail(LLMT_EINVAL, "%s: cfg->batch_size = %d, cfg->seq_len = %d, but "
+                             "parts->%s serves batch_size %d, seq_len %d", fn, c->batch_size,
+                             c->seq_len, i ? "eval_loader" : "loader", b, t);
+    }
     if (c->total_steps < 0 || c->eval_every < 0 || c->checkpoint_every < 0 ||
         c->fast_checkpoint_every < 0 || (c->eval_every && c->eval_batches < 1))
         return llmt_fail(LLMT_EINVAL, "%s: negative step counts or eval_batches < 1", fn);
@@ -76,10 +90,16 @@ static int check_parts(const llmt_trainer_parts *p, const llmt_trainer_config *c
 int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
                         const llmt_trainer_config *cfg)
 {
-    if (!out || !parts || !cfg)
-        return llmt_fail(LLMT_EINVAL, "llmt_trainer_create: %s is NULL",
-                         !out ? "out" : !parts ? "parts" : "cfg");
+    if (!out || !parts)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_create: %s is NULL", !out ? "out" : "parts");
     *out = NULL;
+    llmt_trainer_config defaults = LLMT_TRAINER_CONFIG_INIT;
+    if (!cfg && parts->version == LLMT_TRAINER_PARTS_VERSION && parts->loader) {
+        llmt_loader_shape(parts->loader, &defaults.batch_size, &defaults.seq_len);
+        defaults.adaptive = parts->recompute && parts->slicer; /* what the parts allow */
+    }
+    if (!cfg)
+        cfg = &defaults;
     int rc = check_parts(parts, cfg);
     if (rc)
         return rc;
@@ -89,6 +109,7 @@ int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
     tr->parts = *parts;
     tr->cfg = *cfg;
     tr->ctx = parts->model->ctx;
+    tr->saved_step[0] = tr->saved_step[1] = -1;
     size_t n = (size_t)cfg->batch_size * (size_t)cfg->seq_len;
     tr->tokens = malloc(n * sizeof *tr->tokens);
     tr->targets = malloc(n * sizeof *tr->targets);
@@ -235,14 +256,16 @@ static int save_tier(llmt_trainer *tr, int32_t tier, int async)
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
     char blob[256];
     llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
-    if (!async)
-        return llmt_ckpt_save(tr->parts.store, &st, tier);
-    int rc = llmt_ckpt_save_async(tr->parts.store, &st, tier);
-    if (rc == LLMT_ENOMEM) {
+    int rc = async ? llmt_ckpt_save_async(tr->parts.store, &st, tier)
+                   : llmt_ckpt_save(tr->parts.store, &st, tier);
+    if (async && rc == LLMT_ENOMEM) {
         llmt_trainer_log(tr, "checkpoint", "step %lld: async save does not fit (%s); saving "
                          "synchronously", (long long)tr->step, llmt_error_last());
         rc = llmt_ckpt_save(tr->parts.store, &st, tier);
     }
+    /* An async save's own failure is reported by the store's next call. */
+    if (!rc)
+        tr->saved_step[tier] = tr->step;
     return rc;
 }
 
@@ -251,6 +274,10 @@ int llmt_trainer_save(llmt_trainer *tr, int32_t tier)
     if (!tr || !tr->parts.store)
         return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: %s", tr ? "the trainer has no store"
                                                                   : "tr is NULL");
+    if (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: tier = %d is not a tier", tier);
+    if (tr->saved_step[tier] == tr->step) /* already committed there, by this trainer */
+        return llmt_ckpt_wait(tr->parts.store);
     return save_tier(tr, tier, 0);
 }
 

@@ -9,20 +9,31 @@
  *   1b:   d 2048, 16 layers, 16 heads (head_dim 128), 8 kv heads, ffn 5632,
  *         vocab 32000
  * with model FLOPs per step 6 * params * tokens + 12 * layers * d * T *
- * tokens (the attention term counts the full square, as PaLM's MFU does)
- * and MFU = model FLOP/s / measured GEMM FLOP/s.
+ * tokens (the attention term counts the full square, as PaLM's MFU does),
+ * MFU = model FLOP/s / measured GEMM FLOP/s and against the H100/H200 SXM
+ * datasheet's dense bf16 peak (989 TFLOP/s), and each memory category's
+ * measured peak next to what llmt_plan_compute predicts for the same run.
  *
- * Usage: bench_gpu_step [steps] [125m|1b|all]
- * Exits 0 with a "skipped" line when no CUDA device can be opened. */
+ * Usage: bench_gpu_step [steps] [125m|1b|all] [json-file]
+ * With json-file, the figures are also written there as one JSON object
+ * (tests/gpu/run.sh puts it in its summary).
+ * Exit status: 0 when every model ran; 77 ("skipped") when no CUDA device
+ * can be opened, 1 then under LLMT_REQUIRE_CUDA=1 (a GPU run must not pass
+ * without one); 1 on any error. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_util.h"
 #include "core/context_internal.h"
+#include "core/cuda_plugin_info.h"
 #include "core/half.h"
 #include "llmt/llmt.h"
+
+/* Dense bf16 tensor-core peak of an H100/H200 SXM, by NVIDIA's datasheet. */
+#define DATASHEET_BF16_TFLOPS 989.4
 
 #define CHECK(call)                                                                        \
     do {                                                                                   \
@@ -86,7 +97,20 @@ static const bench_model models[] = {
     {"1b", 2048, 16, 16, 8, 5632, 32000, 8},
 };
 
-static int run(const bench_model *bm, int steps, double gemm_rate)
+/* s as a JSON string body (quotes and backslashes escaped, control
+ * characters dropped). */
+static void json_str(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s >= 0x20)
+            fputc(*s, f);
+}
+
+/* Runs bm and prints its table row, then its measured and planned memory;
+ * appends its JSON object to json (may be NULL), after a comma unless first. */
+static void run(const bench_model *bm, int steps, double gemm_rate, FILE *json, int first)
 {
     const int T = 2048, B = bm->batch;
     llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
@@ -141,10 +165,44 @@ static int run(const bench_model *bm, int steps, double gemm_rate)
     double tflops = flops / med / 1e12;
     llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
     CHECK(llmt_context_memory_stats(ctx, &ms));
-    printf("%-6s %6.0fM %3d %5d %8.3f %8.3f %10.0f %8.1f %6.1f%% %8.1f %7.1f %6.1f\n", bm->name,
-           params / 1e6, B, T, med, fb_med, tokens_per_step / med, tflops,
-           100.0 * tflops / gemm_rate, ms.total_peak / 1073741824.0, t_setup, loss);
+    /* The same run as the planner sees it: no recompute, one micro-batch of B. */
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    pc.model = c;
+    pc.micro_batch = B;
+    pc.seq_len = T;
+    llmt_plan plan = LLMT_PLAN_INIT;
+    CHECK(llmt_plan_compute(ctx, &pc, &plan));
+    const double gib = 1073741824.0;
+    printf("%-6s %6.0fM %3d %5d %8.3f %8.3f %10.0f %8.1f %6.1f%% %6.1f%% %8.2f %7.1f %6.2f\n",
+           bm->name, params / 1e6, B, T, med, fb_med, tokens_per_step / med, tflops,
+           100.0 * tflops / gemm_rate, 100.0 * tflops / DATASHEET_BF16_TFLOPS,
+           ms.total_peak / gib, t_setup, loss);
+    printf("       peak GiB measured / planned:");
+    for (int k = 0; k < LLMT_MEM_CATEGORY_COUNT; k++)
+        printf(" %s %.3f/%.3f", llmt_mem_category_name(k), ms.peak[k] / gib, plan.bytes[k] / gib);
+    printf(" total %.3f/%.3f\n", ms.total_peak / gib, plan.peak / gib);
     fflush(stdout);
+    if (json) {
+        fprintf(json,
+                "%s{\"name\": \"%s\", \"params\": %.0f, \"batch\": %d, \"seq_len\": %d, "
+                "\"steps\": %d, \"step_s\": %.6f, \"forward_backward_s\": %.6f, "
+                "\"tokens_per_s\": %.1f, \"model_tflops\": %.3f, \"mfu_vs_measured_gemm\": "
+                "%.4f, \"mfu_vs_datasheet\": %.4f, \"setup_s\": %.3f, \"loss\": ",
+                first ? "" : ", ", bm->name, params, B, T, steps, med,
+                fb_med, tokens_per_step / med, tflops, tflops / gemm_rate,
+                tflops / DATASHEET_BF16_TFLOPS, t_setup);
+        if (isfinite(loss))
+            fprintf(json, "%.6f", loss);
+        else
+            fputs("null", json); /* JSON has no NaN */
+        fprintf(json, ", \"memory_bytes\": {");
+        for (int k = 0; k < LLMT_MEM_CATEGORY_COUNT; k++)
+            fprintf(json, "\"%s\": {\"measured_peak\": %llu, \"planned\": %llu}, ",
+                    llmt_mem_category_name(k), (unsigned long long)ms.peak[k],
+                    (unsigned long long)plan.bytes[k]);
+        fprintf(json, "\"total\": {\"measured_peak\": %llu, \"planned\": %llu}}}",
+                (unsigned long long)ms.total_peak, (unsigned long long)plan.peak);
+    }
     free(times);
     free(fb_times);
     free(tokens);
@@ -152,35 +210,71 @@ static int run(const bench_model *bm, int steps, double gemm_rate)
     llmt_optimizer_free(o);
     llmt_model_free(m);
     llmt_context_free(ctx);
-    return 0;
 }
 
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 3;
     const char *which = argc > 2 ? argv[2] : "all";
-    if (steps < 1)
-        steps = 1;
+    const char *json_path = argc > 3 ? argv[3] : NULL;
+    if (steps < 1 || argc > 4 ||
+        (strcmp(which, "all") != 0 && strcmp(which, "125m") != 0 && strcmp(which, "1b") != 0)) {
+        fprintf(stderr, "usage: %s [steps >= 1] [125m|1b|all] [json-file]\n", argv[0]);
+        return 2;
+    }
+    /* LLMT_REQUIRE_CUDA as the CUDA tests read it (tests/unit/cuda_required.h). */
+    const char *req = getenv("LLMT_REQUIRE_CUDA");
+    if (req && *req && strcmp(req, "0") != 0 && strcmp(req, "1") != 0) {
+        fprintf(stderr, "bench_gpu_step: LLMT_REQUIRE_CUDA must be 0 or 1, not '%s'\n", req);
+        return 2;
+    }
+    int required = req && strcmp(req, "1") == 0;
     llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
     cc.backend = LLMT_BACKEND_CUDA;
     llmt_context *ctx = NULL;
     if (llmt_context_create(&ctx, &cc) != LLMT_OK) {
-        printf("bench_gpu_step: skipped: no CUDA device (%s)\n", llmt_error_last());
-        return 0;
+        printf("bench_gpu_step: %s: no CUDA device (%s)\n",
+               required ? "FAILED (LLMT_REQUIRE_CUDA=1)" : "skipped", llmt_error_last());
+        return required ? 1 : 77;
     }
+    char line[1024];
+    llmt_cuda_plugin_describe(ctx->plugin_handle, line, sizeof line);
     uint64_t total = 0, free_now = 0;
     CHECK(llmt_ops(ctx)->mem_info(ctx->backend, &total, &free_now));
     double rate = gemm_tflops(ctx, 8192, 10);
     llmt_context_free(ctx);
-    printf("CUDA device: %.1f GiB; bf16 GEMM 8192^3 (cuBLASLt, fp32 accumulate): %.1f TFLOP/s\n",
-           total / 1073741824.0, rate);
+    FILE *json = NULL;
+    if (json_path && !(json = fopen(json_path, "w"))) {
+        fprintf(stderr, "bench_gpu_step: cannot write %s\n", json_path);
+        return 1;
+    }
+    printf("CUDA backend: %s\n", line);
+    printf("CUDA device: %.1f GiB; bf16 GEMM 8192^3 (cuBLASLt, fp32 accumulate): %.1f TFLOP/s "
+           "(datasheet peak %.0f)\n",
+           total / 1073741824.0, rate, DATASHEET_BF16_TFLOPS);
     printf("BF16_MIXED, T=2048, median of %d steps (zero grads + forward_backward + AdamW)\n",
            steps);
-    printf("model  params   B     T  step(s)    fb(s)   tokens/s TFLOP/s    MFU peak(GiB) "
-           "setup(s)  loss\n");
+    printf("model  params   B     T  step(s)    fb(s)   tokens/s TFLOP/s  MFU(gemm) MFU(989) "
+           "peak(GiB) setup(s) loss\n");
+    if (json) {
+        fprintf(json, "{\"backend\": \"");
+        json_str(json, line);
+        fprintf(json, "\", \"device_bytes\": %llu, \"gemm_bf16_tflops\": %.3f, "
+                      "\"datasheet_bf16_tflops\": %.1f, \"models\": [",
+                (unsigned long long)total, rate, DATASHEET_BF16_TFLOPS);
+    }
+    int first = 1;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        if (strcmp(which, "all") == 0 || strcmp(which, models[i].name) == 0)
-            if (run(&models[i], steps, rate))
-                return 1;
+        if (strcmp(which, "all") == 0 || strcmp(which, models[i].name) == 0) {
+            run(&models[i], steps, rate, json, first);
+            first = 0;
+        }
+    if (json) {
+        fprintf(json, "]}\n");
+        if (fclose(json) != 0) {
+            fprintf(stderr, "bench_gpu_step: cannot write %s\n", json_path);
+            return 1;
+        }
+    }
     return 0;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the CUDA backend's kernels on the CPU, for machines without a GPU:
-# compiles the plugin's sources (cuda/*.cu, except the cuBLASLt GEMM) with
+# compiles the plugin's sources (cuda/*.cu, except the cuBLASLt GEMM and the
+# description of the real runtime's libraries, cuda_describe.cu) with
 # the host C++ compiler against the emulator in tests/gpu/emu, and runs
 # test_ops and test_cuda_model with that "plugin" (LLMT_CUDA_PLUGIN).
 #
@@ -30,7 +31,9 @@ flags=(-std=c++17 -O2 -g -fPIC -ffp-contract=off -Wall -Wextra -Wno-unknown-prag
        -Iinclude -Ilib -Icuda -I"$cuda_home/include")
 pids=()
 for src in cuda/*.cu; do
-    [ "$(basename "$src")" = cuda_gemm.cu ] && continue # emu_gemm.cpp stands in
+    case $(basename "$src") in # emu_gemm.cpp stands in for the GEMM; nothing describes the emulator
+    cuda_gemm.cu | cuda_describe.cu) continue ;;
+    esac
     c++ "${flags[@]}" -x c++ -include tests/gpu/emu/cuda_emu.h -c "$src" \
         -o "$obj/$(basename "$src").o" &
     pids+=($!)

@@ -1,62 +1,335 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a machine with a CUDA GPU (made for one
-# H100/H200; about 4 minutes expected, every stage under a timeout): build
-# with the CUDA plugin into its own directory, run the op tests (test_ops,
-# test_ops_cuda) and test_cuda_model with their output in full, then the
-# rest of the suite, then the step benchmark, whose table ends
-# the output.
+# The GPU check kit: one command for a machine with a CUDA GPU, made for the
+# device tool's H200 (no network, 16 cores, CUDA 13, PyTorch in python3) and
+# its first call. Every stage runs under a time limit, inside an overall
+# budget of LLMT_GPU_KIT_BUDGET_S seconds (default 470, under 8 minutes), in
+# this order (most valuable first; a failed stage does not stop the next):
 #
-#   tests/gpu/run.sh [build-dir]      (default build/gpu)
+#   device      GPU, driver, nvcc, compiler, OS and glibc, tools present
+#   deps        unpack .gpu-deps/ (tests/gpu/prepare.sh, run beforehand on a
+#               machine with Debian's apt) into a private prefix (gpu_deps.sh)
+#   configure   CUDA on, for the GPU's own architecture (sm_90 on an H200),
+#               LLMT_WERROR=OFF: an untried compiler's new warnings are
+#               counted in the summary, not fatal (CI builds with -Werror)
+#   build
+#   plugin      the plugin has SASS for that architecture, and its RUNPATH
+#               resolves libcublasLt (ldd)
+#   cpu-smoke   CPU tests using OpenBLAS, libyaml, xxHash, CMocka from the prefix
+#   ops         test_ops_cuda: every op on CUDA against the CPU, twice
+#   model       test_cuda_model: gradients, training, determinism, recompute
+#               and slicing bit-identity, safetensors through pinned staging
+#   memcheck    compute-sanitizer memcheck over the op tests (small shapes)
+#   bench       bench_gpu_step on the ~1B LLaMA, T=2048, BF16_MIXED
+#   torch       the same model and batch in PyTorch (torch_side_by_side.py)
+#   racecheck   compute-sanitizer racecheck over the op tests
+#   suite       the rest of the CTest suite
 #
-# Exit status: 0 when every stage passed, else the number of failed stages.
-# Nothing here needs the network.
+# LLMT_REQUIRE_CUDA=1 throughout: a CUDA test or the benchmark that cannot
+# open a device FAILS instead of skipping, so nothing passes without the GPU.
+# When the op tests find no device, the later GPU stages are recorded as not
+# run. Offload and world-size-1 NCCL are listed as "not built yet".
+#
+#   tests/gpu/run.sh [--build-only] [build-dir]      (default build/gpu)
+#
+# --build-only stops after cpu-smoke (tests/gpu/test_bare_build.sh uses it).
+# Results: gpu-run.log (everything printed) and gpu-summary.json (each
+# stage's status, seconds and note, the host, and the benchmark's and
+# PyTorch's figures) in $OUT when set, else in <build-dir>/gpu-kit.
+# Exit status: the number of stages that did not pass (0: all passed).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit
+root=$PWD
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+    build_only=1
+    shift
+fi
 build=${1:-build/gpu}
+budget=${LLMT_GPU_KIT_BUDGET_S:-470}
+if [ $# -gt 1 ] || [[ $build == -* ]]; then
+    echo "usage: tests/gpu/run.sh [--build-only] [build-dir]" >&2
+    exit 2
+fi
+if ! [[ $budget =~ ^[0-9]+$ ]]; then
+    echo "run.sh: LLMT_GPU_KIT_BUDGET_S must be whole seconds, not '$budget'" >&2
+    exit 2
+fi
+case $build in /*) ;; *) build=$root/$build ;; esac
+out=${OUT:-$build/gpu-kit}
+mkdir -p "$out" "$build"
+log=$out/gpu-run.log
+summary=$out/gpu-summary.json
 jobs=$(nproc 2>/dev/null || echo 4)
-failed=0
 t0=$(date +%s)
+exec > >(tee "$log") 2>&1
+tee_pid=$!
+export LLMT_REQUIRE_CUDA=1 CMOCKA_MESSAGE_OUTPUT=stdout
+ld_path_before=${LD_LIBRARY_PATH:-} # for PyTorch, which must not see the prefix's libraries
 
-stage() { # name: prints a header with the elapsed time
-    echo
-    echo "=== $1 ($(($(date +%s) - t0)) s) ==="
+# ---- stage bookkeeping
+
+names=() states=() secs=() notes=()
+record() { # name status seconds note
+    names+=("$1")
+    states+=("$2")
+    secs+=("$3")
+    notes+=("$4")
+    echo "=== $1: $2 ($3 s)${4:+: $4}"
 }
 
-stage "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
-nvcc --version 2>&1 | tail -1 || true
+header() { # name limit
+    echo
+    echo "=== $1 (at $(($(date +%s) - t0)) s, limit $2 s) ==="
+}
 
-stage "build ($build, CUDA on, warnings are errors)"
-mkdir -p "$build"
-if ! timeout 300 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMT_CUDA=ON \
-        -DLLMT_WERROR=ON >"$build/configure.log" 2>&1; then
-    cat "$build/configure.log"
-    echo "configure failed"
-    exit 1
+# Seconds left in the budget, less a margin for the summary.
+left() { echo $((budget - ($(date +%s) - t0) - 5)); }
+
+# run_stage NAME LIMIT COMMAND...: runs COMMAND under the smaller of LIMIT and
+# what is left of the budget, its output also in $build/stage-NAME.log, and
+# records pass, fail or timeout. $stage_note, if set, is added to the note.
+run_stage() {
+    local name=$1 limit=$2 rc start
+    shift 2
+    local rest
+    rest=$(left)
+    if [ "$rest" -lt 15 ]; then
+        record "$name" "not run" 0 "the kit's time budget (${budget} s) is spent"
+        return 1
+    fi
+    [ "$limit" -gt "$rest" ] && limit=$rest
+    header "$name" "$limit"
+    start=$(date +%s)
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$build/stage-$name.log"
+    rc=${PIPESTATUS[0]}
+    local d=$(($(date +%s) - start))
+    if [ "$rc" -eq 0 ]; then
+        record "$name" pass "$d" "${stage_note:-}"
+    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        record "$name" timeout "$d" "stopped at its limit of $limit s${stage_note:+; $stage_note}"
+    else
+        record "$name" fail "$d" "exit status $rc${stage_note:+; $stage_note}"
+    fi
+    stage_note=
+    return "$rc"
+}
+stage_note=
+
+json_escape() { # text -> JSON string body on stdout
+    printf '%s' "$1" | tr '\n\t' '  ' | sed 's/\\/\\\\/g; s/"/\\"/g'
+}
+
+# A JSON file a stage wrote, when that stage passed and python3 parses the
+# file; else null (a broken file must not break the summary).
+json_file_if() { # stage file
+    local i
+    for i in "${!names[@]}"; do
+        if [ "${names[$i]}" = "$1" ] && [ "${states[$i]}" = pass ] && [ -s "$2" ] &&
+            python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$2" 2>/dev/null; then
+            cat "$2"
+            return
+        fi
+    done
+    echo null
+}
+
+# Writes the summary and the closing table, and exits with the count of
+# stages that did not pass ("not built yet" features are listed, not counted).
+finish() {
+    local failed=0 i first=1
+    for i in "${!names[@]}"; do
+        case ${states[$i]} in pass | "not built yet") ;; *) failed=$((failed + 1)) ;; esac
+    done
+    {
+        printf '{"kit": "tests/gpu/run.sh", "mode": "%s", "budget_s": %d, "elapsed_s": %d, ' \
+            "$([ $build_only = 1 ] && echo build-only || echo full)" "$budget" "$(($(date +%s) - t0))"
+        printf '"failed_stages": %d, "result": "%s", "host": {' "$failed" \
+            "$([ $failed = 0 ] && echo pass || echo fail)"
+        for i in "${!host_keys[@]}"; do
+            [ $first = 1 ] || printf ', '
+            first=0
+            printf '"%s": "%s"' "${host_keys[$i]}" "$(json_escape "${host_vals[$i]}")"
+        done
+        printf '}, "stages": ['
+        for i in "${!names[@]}"; do
+            [ "$i" = 0 ] || printf ', '
+            printf '{"name": "%s", "status": "%s", "seconds": %d, "note": "%s"}' "${names[$i]}" \
+                "${states[$i]}" "${secs[$i]}" "$(json_escape "${notes[$i]}")"
+        done
+        printf '], "bench": %s, "torch": %s}\n' "$(json_file_if bench "$build/gpu-bench.json")" \
+            "$(json_file_if torch "$build/gpu-torch.json")"
+    } >"$summary"
+    echo
+    echo "=== summary ($summary, log $log) ==="
+    for i in "${!names[@]}"; do
+        printf '%-11s %-14s %4d s  %s\n' "${names[$i]}" "${states[$i]}" "${secs[$i]}" \
+            "$(printf '%s' "${notes[$i]}" | cut -c1-150)"
+    done
+    [ -s "$build/stage-bench.log" ] && grep -E "^(CUDA|1b|model|  +peak)" "$build/stage-bench.log"
+    [ -s "$build/stage-torch.log" ] && grep -E "^(torch|eager|compile)" "$build/stage-torch.log"
+    echo "=== $failed stage(s) did not pass; $(($(date +%s) - t0)) s"
+    exec >&- 2>&- # let tee finish the log before the caller collects it
+    wait "$tee_pid"
+    exit "$failed"
+}
+
+# ---- device: what this machine has
+
+host_keys=() host_vals=()
+host() { # key value
+    host_keys+=("$1")
+    host_vals+=("$2")
+    printf '%-18s %s\n' "$1" "$2"
+}
+header device 20
+start=$(date +%s)
+gpu=$(timeout 15 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+    --format=csv,noheader 2>&1 | head -1)
+gpu_ok=$?
+host gpu "$gpu"
+host os "$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
+host glibc "$(getconf GNU_LIBC_VERSION 2>&1)"
+host nvcc "$(nvcc --version 2>&1 | grep -i release | head -1)"
+host cc "$(cc --version 2>&1 | head -1)"
+host cmake "$(cmake --version 2>&1 | head -1)"
+host compute_sanitizer "$(command -v compute-sanitizer || ls "$(dirname "$(command -v nvcc)")"/compute-sanitizer 2>/dev/null || echo absent)"
+host python3 "$(command -v python3) $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -1)"
+# The GPU's architecture: compute_cap 9.0 -> 90; 90 when nvidia-smi cannot say.
+arch=$(echo "$gpu" | awk -F', ' '{print $4}' | tr -d '.')
+[[ $arch =~ ^[0-9]+$ ]] || arch=90
+host cuda_arch "sm_$arch"
+# The driver's library, where the loader's cache lacks it (a mounted driver).
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+        if [ -e "$d/libcuda.so.1" ]; then
+            export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            ld_path_before=$LD_LIBRARY_PATH
+            host libcuda "$d/libcuda.so.1 (not in ldconfig's cache: added to LD_LIBRARY_PATH)"
+            break
+        fi
+    done
 fi
-timeout 360 cmake --build "$build" -j"$jobs" >"$build/build.log" 2>&1
-rc=$?
-grep -E "error:|warning:|Error [0-9]" "$build/build.log" | head -40
-if [ $rc -ne 0 ]; then
-    tail -60 "$build/build.log"
-    echo "build failed"
-    exit 1
+if [ $gpu_ok -eq 0 ] && [ -n "$gpu" ]; then
+    record device pass $(($(date +%s) - start)) "$gpu"
+else
+    record device fail $(($(date +%s) - start)) "nvidia-smi: ${gpu:-no output}"
 fi
 
-stage "CUDA op tests (test_ops: CPU vs double reference; test_ops_cuda: CUDA vs CPU)"
-timeout 150 ctest --test-dir "$build" -R '^test_ops(_cuda)?$' -V --timeout 120 ||
-    failed=$((failed + 1))
+# ---- deps: the Debian packages, unpacked into a private prefix
 
-stage "CUDA model tests (test_cuda_model: gradients, 50 AdamW steps, determinism)"
-timeout 200 ctest --test-dir "$build" -R '^test_cuda_model$' -V --timeout 180 ||
-    failed=$((failed + 1))
+header deps 60
+start=$(date +%s)
+# shellcheck source=tests/gpu/gpu_deps.sh
+. tests/gpu/gpu_deps.sh
+glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+if [ -n "$glibc" ] && [ "$(printf '%s\n2.34\n' "$glibc" | sort -V | head -1)" != 2.34 ]; then
+    record deps fail 0 "glibc $glibc is older than the 2.34 the Debian 12 libraries need"
+    finish
+fi
+if gpu_deps_unpack "$root/.gpu-deps" "$build/deps-prefix"; then
+    record deps pass $(($(date +%s) - start)) "$(find .gpu-deps -name '*.deb' | wc -l) .debs from .gpu-deps"
+else
+    record deps fail $(($(date +%s) - start)) "could not unpack .gpu-deps (tests/gpu/prepare.sh, carried?)"
+    finish
+fi
 
-stage "the whole suite"
-timeout 240 ctest --test-dir "$build" --output-on-failure -j"$((jobs < 8 ? jobs : 8))" \
-    --timeout 200 -E '^(test_ops|test_ops_cuda|test_cuda_model)$' || failed=$((failed + 1))
+# ---- configure and build
 
-stage "step benchmark (bench_gpu_step)"
-timeout 240 "$build/tests/bench/bench_gpu_step" 3 all || failed=$((failed + 1))
+# cuBLASLt from the toolkit; from a pip wheel's nvidia/*/lib when the toolkit
+# has none (then its headers too).
+cmake_cuda=()
+toolkit=$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
+if ! ls "$toolkit"/lib64/libcublasLt.so* "$toolkit"/targets/*/lib/libcublasLt.so* >/dev/null 2>&1; then
+    wheel_lt=$(python3 -c 'import glob, nvidia
+print(next(iter(sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/*/lib/libcublasLt.so.*"))), ""))' 2>/dev/null)
+    if [ -n "$wheel_lt" ]; then
+        cmake_cuda+=(-DCUDA_cublasLt_LIBRARY="$wheel_lt"
+                     "-DCMAKE_CUDA_FLAGS=-I$(dirname "$(dirname "$wheel_lt")")/include")
+        host cublaslt_source "pip wheel: $wheel_lt"
+    fi
+fi
+generator=() # Ninja where there is one, unless the build directory has another
+[ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null && generator=(-G Ninja)
+run_stage configure 120 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DLLMT_CUDA=ON -DLLMT_WERROR=OFF -DLLMT_CUDA_ARCHITECTURES="$arch-real" \
+    -DPKG_CONFIG_EXECUTABLE="$GPU_DEPS_PKG_CONFIG" "${cmake_cuda[@]}" || finish
+run_stage build 300 cmake --build "$build" -j"$jobs"
+build_rc=$?
+cp "$build/stage-build.log" "$out/gpu-build.log"
+last=$((${#notes[@]} - 1))
+notes[last]="${notes[last]:+${notes[last]}; }$(grep -c 'warning:' "$build/stage-build.log") compiler warnings (LLMT_WERROR=OFF here; gpu-build.log)"
+[ $build_rc -eq 0 ] || finish
 
-stage "done: $failed failed stage(s)"
-exit $failed
+plugin=$(ls "$build"/lib/libllmt-cuda.so.0 2>/dev/null)
+# shellcheck disable=SC2317 # check_plugin and sanitize run through bash -c (export -f)
+check_plugin() {
+    readelf -d "$plugin" | grep -E 'RUNPATH|RPATH'
+    ldd "$plugin" | grep -E 'cublasLt|not found'
+    ! ldd "$plugin" | grep -q 'not found' || { echo "a library of the plugin is not found"; return 1; }
+    if command -v cuobjdump >/dev/null; then
+        cuobjdump --list-elf "$plugin" | sed 's/.*\.//' | sort | uniq -c
+        cuobjdump --list-elf "$plugin" | grep -q "sm_$arch" || { echo "no sm_$arch code"; return 1; }
+    else
+        echo "cuobjdump absent: the architecture is not checked"
+    fi
+}
+export -f check_plugin
+export plugin arch
+stage_note="$(ldd "$plugin" 2>/dev/null | awk '/cublasLt/ {print "libcublasLt: " $3}')"
+run_stage plugin 30 bash -c check_plugin
+
+# The CPU half of the op tests (OpenBLAS), the config parser (libyaml),
+# safetensors (xxHash): the prefix's libraries load and work here.
+run_stage cpu-smoke 120 ctest --test-dir "$build" --output-on-failure --timeout 100 \
+    -R '^(test_ops|test_config|test_safetensors)$'
+[ $build_only = 1 ] && finish
+
+# ---- on the GPU
+
+gpu_stage() { # like run_stage, unless no CUDA device opened in the op tests
+    if [ -n "${no_device:-}" ]; then
+        record "$1" "not run" 0 "no CUDA device: $no_device"
+        return 1
+    fi
+    run_stage "$@"
+}
+run_stage ops 150 ctest --test-dir "$build" -V --timeout 140 -R '^test_ops_cuda$'
+no_device=$(grep -m1 -o 'LLMT_REQUIRE_CUDA=1, but no CUDA backend: .*' "$build/stage-ops.log" |
+    sed 's/^LLMT_REQUIRE_CUDA=1, but no CUDA backend: //')
+if [ -n "$no_device" ]; then
+    echo "=== FAILED at the first GPU stage: the CUDA backend does not open: $no_device"
+fi
+# The plugin's line (ctest -V puts the test's number before it).
+backend_line=$(grep -m1 -o 'CUDA backend: plugin .*' "$build/stage-ops.log" | cut -c15-)
+[ -n "$backend_line" ] && host cuda_backend "$backend_line"
+gpu_stage model 200 ctest --test-dir "$build" -V --timeout 190 -R '^test_cuda_model$'
+
+sanitizer=$(command -v compute-sanitizer || echo "$toolkit/bin/compute-sanitizer")
+# shellcheck disable=SC2317
+sanitize() { # tool: the CUDA op tests under compute-sanitizer
+    [ -x "$sanitizer" ] || { echo "compute-sanitizer not found ($sanitizer)"; return 1; }
+    LLMT_CUDA_PLUGIN=$plugin "$sanitizer" --tool "$1" --error-exitcode 99 "${@:2}" \
+        "$build/tests/test_ops" cuda
+}
+export -f sanitize
+export sanitizer build
+gpu_stage memcheck 150 bash -c 'sanitize memcheck --leak-check no'
+gpu_stage bench 180 "$build/tests/bench/bench_gpu_step" 5 1b "$build/gpu-bench.json"
+gpu_stage torch 240 env LD_LIBRARY_PATH="$ld_path_before" PYTHONUNBUFFERED=1 \
+    python3 tests/gpu/torch_side_by_side.py --steps 5 --json "$build/gpu-torch.json"
+gpu_stage racecheck 120 bash -c 'sanitize racecheck --racecheck-report hazard'
+
+# The rest of the suite (the CPU tests, the tools, the API checks). The
+# Python binding's tests run under /usr/bin/python3 (tests/CMakeLists.txt):
+# left out, and said so, only where that interpreter has no pytest.
+exclude='test_ops_cuda|test_cuda_model|gpu_require_cuda'
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
+    exclude+='|python_binding'
+    stage_note="python_binding not run: /usr/bin/python3 has no pytest"
+fi
+run_stage suite 400 ctest --test-dir "$build" --output-on-failure -j"$((jobs < 8 ? jobs : 8))" \
+    --timeout 200 -E "^($exclude)\$"
+
+record offload "not built yet" 0 "no offload in libllmt yet: nothing to check"
+record nccl-world1 "not built yet" 0 "no NCCL / multi-GPU support in libllmt yet: nothing to check"
+finish

@@ -86,4 +86,25 @@ check_error "--val-fraction -0.5" --val-fraction -0.5 "$tmp/single.txt"
 check_error "unknown option --bogus" --bogus "$tmp/single.txt"
 check_error "needs a value" "$tmp/single.txt" --prefix
 check_error "cannot create" --out-dir "$tmp/no/such" "$tmp/single.txt"
+# Strict flags (the shared parser, examples/cli_args.c): whole numbers in
+# range, the flag and value named, exit status 2; --help and --version exit 0.
+usage_error() {
+    want=$1; shift
+    if "$tool" "$@" > /dev/null 2> "$tmp/err"; then fail "accepted: $*"; else rc=$?; fi
+    [ $rc -eq 2 ] || fail "$*: exit $rc, not 2"
+    grep -qF -- "$want" "$tmp/err" || fail "message for $*: $(cat "$tmp/err")"
+}
+usage_error "--shard-tokens 1e3: not an integer" --shard-tokens 1e3 "$tmp/single.txt"
+usage_error "--shard-tokens -5: out of range" --shard-tokens -5 "$tmp/single.txt"
+usage_error "--shard-tokens 99999999999999999999: out of range" --shard-tokens 99999999999999999999 "$tmp/single.txt"
+usage_error "--shard-tokens 12abc: not an integer" --shard-tokens=12abc "$tmp/single.txt"
+usage_error "--val-fraction nan: out of range" --val-fraction nan "$tmp/single.txt"
+usage_error "--prefix given twice" --prefix a --prefix b "$tmp/single.txt"
+usage_error "unknown option --prefx; did you mean --prefix?" --prefx a "$tmp/single.txt"
+"$tool" --help | grep -q "^usage: llmt-tokenize" || fail "--help"
+"$tool" --version | grep -qx "llmt-tokenize [0-9]*\.[0-9]*\.[0-9]*" || fail "--version: $("$tool" --version)"
+# "--" ends the options: a file named like a flag is an input.
+printf 'z' > "$tmp/--odd"
+(cd "$tmp" && "$tool" --out-dir o6 -- --odd > /dev/null) || fail "-- did not end the options"
+[ "$(header_int "$tmp/o6/data_train_000000.bin" 2)" = 2 ] || fail "-- input"
 echo "ok: llmt-tokenize"

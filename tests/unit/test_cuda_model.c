@@ -1,9 +1,11 @@
 /* The whole model on the CUDA backend against the CPU backend: every
  * parameter gradient of one step, 50 steps of AdamW training, two CUDA runs
- * giving the same bits, recompute giving the bits of keeping everything, and
- * weights saved and loaded through the CUDA staging path. Without a usable
+ * giving the same bits, recompute giving the bits of keeping everything,
+ * slicing giving the unsliced gradient, and weights saved and loaded through
+ * the CUDA staging path. Without a usable
  * CUDA device every test calls skip() and the program exits 77, which CTest
- * reports as skipped.
+ * reports as skipped; under LLMT_REQUIRE_CUDA=1 every test fails instead
+ * (cuda_required.h).
  *
  * Tolerances (stated per check below) are relative to the largest |value|
  * of the CPU's tensor. The model is small (d 128, 2 layers, GQA 2/1 heads of
@@ -17,6 +19,9 @@
 
 #include "test_util.h"
 
+#include "core/context_internal.h"
+#include "core/cuda_plugin_info.h"
+#include "cuda_required.h"
 #include "llmt/llmt.h"
 #include "test_batch.h"
 #include "test_context.h"
@@ -42,10 +47,8 @@ static llmt_context *make_ctx(int backend)
 
 static void need_cuda(void)
 {
-    if (!g_have_cuda) {
-        print_message("no CUDA backend: %s\n", g_why);
-        skip();
-    }
+    if (!g_have_cuda)
+        cuda_unavailable(g_why);
 }
 
 static llmt_model_config config(int precision, int tied)
@@ -319,6 +322,61 @@ static void test_recompute_same_bits(void **state)
     llmt_context_free(ctx);
 }
 
+/* Slicing on CUDA: the batch as micro-batches of 1, 2 and 3 (slices of 3
+ * and 1) gives the unsliced gradient up to fp32 summation order (FP32,
+ * within 1e-5 of the largest gradient; the loss within 1e-6, as on the CPU
+ * in test_memory.c), and a second sliced run gives the same bits. */
+static void test_slicing_matches_unsliced(void **state)
+{
+    (void)state;
+    need_cuda();
+    llmt_context *ctx = make_ctx(LLMT_BACKEND_CUDA);
+    llmt_model_config c = config(LLMT_PRECISION_FP32, 0);
+    llmt_model *m = NULL;
+    llmt_slicer *sl = NULL;
+    assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    test_randomize_params(m, 80, 0.1);
+    assert_int_equal(llmt_slicer_create(&sl, m, B), LLMT_OK);
+    int32_t tokens[B * T], targets[B * T];
+    make_batch(6, tokens, targets);
+    double whole_loss = 0;
+    assert_int_equal(llmt_slicer_forward_backward(sl, tokens, targets, B, T, 1.0, &whole_loss),
+                     LLMT_OK);
+    size_t n = 0;
+    float *whole = get_all(m, 1, &n);
+    double gmax = 0;
+    for (size_t i = 0; i < n; i++)
+        gmax = fmax(gmax, fabs(whole[i]));
+    const int32_t micro[3] = {1, 2, 3};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(llmt_slicer_set_micro_batch(sl, micro[k]), LLMT_OK);
+        float *got[2];
+        double loss[2];
+        for (int r = 0; r < 2; r++) {
+            assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+            assert_int_equal(
+                llmt_slicer_forward_backward(sl, tokens, targets, B, T, 1.0, &loss[r]), LLMT_OK);
+            got[r] = get_all(m, 1, &n);
+        }
+        double err = 0;
+        for (size_t i = 0; i < n; i++)
+            err = fmax(err, fabs((double)got[0][i] - whole[i]));
+        print_message("micro-batch %d: max gradient error %.2e of %.2e, loss %.9f vs %.9f\n",
+                      micro[k], err, gmax, loss[0], whole_loss);
+        if (err > 1e-5 * gmax || fabs(loss[0] - whole_loss) > 1e-6 * whole_loss)
+            fail_msg("micro-batch %d: max gradient error %g (max %g), loss %.9f vs %.9f",
+                     micro[k], err, gmax, loss[0], whole_loss);
+        assert_memory_equal(&loss[0], &loss[1], sizeof loss[0]);
+        assert_memory_equal(got[0], got[1], n * sizeof(float));
+        free(got[0]);
+        free(got[1]);
+    }
+    free(whole);
+    llmt_slicer_free(sl);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+}
+
 /* Weights saved from a CUDA model and loaded into another come back with
  * the same bits: the load goes through a STAGING buffer, which on CUDA is
  * pinned host memory that the copies must tell from device memory. */
@@ -359,6 +417,9 @@ int main(void)
     llmt_context *probe = NULL;
     if (llmt_context_create(&probe, &cfg) == LLMT_OK) {
         g_have_cuda = 1;
+        char line[1024];
+        llmt_cuda_plugin_describe(probe->plugin_handle, line, sizeof line);
+        printf("CUDA backend: %s\n", line);
         llmt_context_free(probe);
     } else {
         snprintf(g_why, sizeof g_why, "%s", llmt_error_last());
@@ -370,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_training_bf16_mixed),
         cmocka_unit_test(test_cuda_deterministic),
         cmocka_unit_test(test_recompute_same_bits),
+        cmocka_unit_test(test_slicing_matches_unsliced),
         cmocka_unit_test(test_safetensors_roundtrip),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -43,6 +43,19 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The loader getters' values, asserting success. */
+#define GETTER(name)                                                   \
+    static uint64_t get_##name(const llmt_loader *l)                   \
+    {                                                                  \
+        uint64_t v = 0;                                                \
+        assert_int_equal(llmt_loader_##name(l, &v), LLMT_OK);          \
+        return v;                                                      \
+    }
+GETTER(epoch)
+GETTER(windows_per_epoch)
+GETTER(tokens_per_epoch)
+GETTER(num_shards)
+
 /* ---- Shards by hand ---- */
 
 static void le32(unsigned char *p, uint32_t v)
@@ -259,9 +272,9 @@ static void test_read_hand_written(void **state)
     const char *paths[] = {pa, pb};
     llmt_loader *l = NULL;
     assert_int_equal(llmt_loader_open(&l, ctx, paths, 2, &c), LLMT_OK);
-    assert_int_equal(llmt_loader_num_shards(l), 2);
-    assert_int_equal(llmt_loader_windows_per_epoch(l), 2 + 2); /* (11-1)/4, (9-1)/4 */
-    assert_int_equal(llmt_loader_tokens_per_epoch(l), 4 * 4);
+    assert_int_equal(get_num_shards(l), 2);
+    assert_int_equal(get_windows_per_epoch(l), 2 + 2); /* (11-1)/4, (9-1)/4 */
+    assert_int_equal(get_tokens_per_epoch(l), 4 * 4);
     /* Windows start at 0, 4 of each shard; inputs w[0..4), targets w[1..4]. */
     const uint32_t *src[] = {a, a, b, b};
     const int start[] = {0, 4, 0, 4};
@@ -273,7 +286,7 @@ static void test_read_hand_written(void **state)
             assert_int_equal(y[i], src[w][start[w] + i + 1]);
         }
     }
-    assert_int_equal(llmt_loader_epoch(l), 1);
+    assert_int_equal(get_epoch(l), 1);
     llmt_loader_free(l);
     llmt_loader_free(NULL);
     llmt_context_free(ctx);
@@ -384,13 +397,13 @@ static void test_windows_in_order(void **state)
     dataset d = make_dataset("ord", sizes, 4, 3, 1);
     assert_int_equal(d.n_windows, 11);
     llmt_loader *l = open_dataset(&d, 5, 4, 0);
-    assert_int_equal(llmt_loader_windows_per_epoch(l), 11);
-    assert_int_equal(llmt_loader_tokens_per_epoch(l), 33);
+    assert_int_equal(get_windows_per_epoch(l), 11);
+    assert_int_equal(get_tokens_per_epoch(l), 33);
     size_t n = 4 * 11; /* four epochs */
     int32_t *got = malloc(n * 4 * sizeof *got);
     for (size_t w = 0; w < n; w += 4) {
         read_windows(l, 4, 3, 4, got + w * 4);
-        assert_int_equal(llmt_loader_epoch(l), (w + 4) / 11);
+        assert_int_equal(get_epoch(l), (w + 4) / 11);
     }
     for (size_t w = 0; w < n; w++)
         for (int i = 0; i < 4; i++)
@@ -411,11 +424,11 @@ static void test_shuffle_epochs(void **state)
     int32_t *got = malloc(3 * w * len * sizeof *got);
     size_t *order = malloc(3 * w * sizeof *order);
     for (int e = 0; e < 3; e++) {
-        assert_int_equal(llmt_loader_epoch(l), e);
+        assert_int_equal(get_epoch(l), e);
         read_windows(l, 1, 4, w, got + (size_t)e * w * len);
         assert_one_epoch(&d, got + (size_t)e * w * len, order + (size_t)e * w);
     }
-    assert_int_equal(llmt_loader_epoch(l), 3);
+    assert_int_equal(get_epoch(l), 3);
     /* Each epoch is shuffled anew: the orders differ, and none is the file order. */
     assert_memory_not_equal(order, order + w, w * sizeof *order);
     assert_memory_not_equal(order + w, order + 2 * w, w * sizeof *order);
@@ -693,7 +706,7 @@ static void test_shuffle_epoch_limit(void **state)
     int32_t x[4], y[4];
     assert_int_equal(llmt_loader_next(l, x, y, 4), LLMT_OK);
     assert_int_equal(x[0], 0);
-    assert_int_equal(llmt_loader_epoch(l), UINT64_C(1) << 31);
+    assert_int_equal(get_epoch(l), UINT64_C(1) << 31);
     assert_int_equal(llmt_loader_next(l, x, y, 4), LLMT_ESTATE);
     assert_contains(llmt_error_last(), "epoch 2147483648");
     s.epoch++;
@@ -725,10 +738,20 @@ static void test_next_arguments(void **state)
     assert_int_equal(llmt_loader_next(l, x, y, 6), LLMT_OK); /* nothing moved before */
     assert_int_equal(x[0], 0);
     assert_int_equal(x[3], 3);
-    assert_int_equal(llmt_loader_epoch(NULL), 0);
-    assert_int_equal(llmt_loader_windows_per_epoch(NULL), 0);
-    assert_int_equal(llmt_loader_tokens_per_epoch(NULL), 0);
-    assert_int_equal(llmt_loader_num_shards(NULL), 0);
+    /* The getters refuse NULL with a status (epoch 0 is a real epoch) and
+     * leave *out alone. */
+    uint64_t v = 77;
+    assert_int_equal(llmt_loader_epoch(NULL, &v), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "llmt_loader_epoch: loader is NULL");
+    assert_int_equal(llmt_loader_epoch(l, NULL), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "out is NULL");
+    assert_int_equal(llmt_loader_windows_per_epoch(NULL, &v), LLMT_EINVAL);
+    assert_int_equal(llmt_loader_tokens_per_epoch(NULL, &v), LLMT_EINVAL);
+    assert_int_equal(llmt_loader_num_shards(NULL, &v), LLMT_EINVAL);
+    assert_int_equal(llmt_loader_num_shards(l, NULL), LLMT_EINVAL);
+    assert_int_equal(v, 77);
+    assert_int_equal(llmt_loader_epoch(l, &v), LLMT_OK);
+    assert_int_equal(v, 0);
     llmt_loader_free(l);
     free_dataset(&d);
 }
@@ -781,6 +804,31 @@ static void test_open_arguments(void **state)
     llmt_context_free(ctx);
 }
 
+/* A FIFO (or any non-regular file) named as a shard is refused at once,
+ * naming it, instead of blocking in open(2) waiting for a writer. The alarm
+ * turns a hang into a failure. */
+static void test_fifo_refused(void **state)
+{
+    (void)state;
+    const char *p = path_of("fifo.bin");
+    assert_int_equal(mkfifo(p, 0600), 0);
+    llmt_context *ctx = test_context(1, 1);
+    llmt_loader_config c = LLMT_LOADER_CONFIG_INIT;
+    c.vocab_size = 5;
+    c.seq_len = 4;
+    llmt_loader *l = NULL;
+    alarm(20);
+    assert_int_equal(llmt_loader_open(&l, ctx, &p, 1, &c), LLMT_EIO);
+    alarm(0);
+    assert_null(l);
+    assert_contains(llmt_error_last(), p);
+    assert_contains(llmt_error_last(), "not a regular file");
+    const char *d = dir; /* a directory too */
+    assert_int_equal(llmt_loader_open(&l, ctx, &d, 1, &c), LLMT_EIO);
+    assert_contains(llmt_error_last(), "not a regular file");
+    llmt_context_free(ctx);
+}
+
 static void test_glob(void **state)
 {
     (void)state;
@@ -802,7 +850,7 @@ static void test_glob(void **state)
     c.shuffle = 0;
     llmt_loader *l = NULL;
     assert_int_equal(llmt_loader_open_glob(&l, ctx, path_of("g_*.bin"), &c), LLMT_OK);
-    assert_int_equal(llmt_loader_num_shards(l), 3);
+    assert_int_equal(get_num_shards(l), 3);
     int32_t x[12], y[12];
     assert_int_equal(llmt_loader_next(l, x, y, 12), LLMT_OK);
     assert_int_equal(x[0], 100);
@@ -1015,6 +1063,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shuffle_epoch_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifo_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_glob, setup, teardown),
         cmocka_unit_test(test_byte_tokenizer),
     };

@@ -13,6 +13,7 @@
 #include "test_context.h"
 #include "test_rand.h"
 #include "test_tensors.h"
+#include "ckpt/safetensors.h"
 #include "util/fsutil.h"
 
 static char dir[64];
@@ -255,12 +256,130 @@ static void test_refusals(void **state)
     llmt_context_free(c3);
 }
 
+/* The model's logits for a fixed batch, malloc'ed (count floats). */
+static float *logits_of(llmt_model *m, size_t *count)
+{
+    enum { LB = 2, LT = 8 };
+    int32_t tokens[LB * LT];
+    for (int i = 0; i < LB * LT; i++)
+        tokens[i] = (i * 7 + 3) % 19;
+    llmt_model_config c;
+    assert_int_equal(llmt_model_get_config(m, &c), LLMT_OK);
+    *count = (size_t)LB * LT * (size_t)c.vocab_size;
+    float *out = malloc(*count * sizeof *out);
+    assert_int_equal(llmt_model_logits(m, tokens, LB, LT, out, *count), LLMT_OK);
+    return out;
+}
+
+/* b, created from a file written from a, has a's configuration (precision
+ * as given), bit-identical weights and bit-identical logits. */
+static void expect_same_model(llmt_model *a, llmt_model *b, int precision)
+{
+    llmt_model_config ca, cb;
+    assert_int_equal(llmt_model_get_config(a, &ca), LLMT_OK);
+    assert_int_equal(llmt_model_get_config(b, &cb), LLMT_OK);
+    assert_int_equal(cb.precision, precision);
+    cb.precision = ca.precision;
+    assert_memory_equal(&ca, &cb, sizeof ca);
+    size_t n = (size_t)llmt_model_num_params(a), la = 0, lb = 0;
+    float *pa = test_all_params(a), *pb = test_all_params(b);
+    assert_memory_equal(pa, pb, n * sizeof(float));
+    float *xa = logits_of(a, &la), *xb = logits_of(b, &lb);
+    assert_int_equal(la, lb);
+    if (ca.precision == precision) /* same precision: the same arithmetic */
+        assert_memory_equal(xa, xb, la * sizeof(float));
+    free(pa);
+    free(pb);
+    free(xa);
+    free(xb);
+}
+
+static void test_create_from_file(void **state)
+{
+    (void)state;
+    llmt_context *c1, *c2 = test_context(1, 99);
+    llmt_model *a = make_model(&c1, 1, 16), *b = NULL;
+    test_randomize_params(a, 5, 0.3);
+    /* A safetensors file carrying its configuration. */
+    assert_int_equal(llmt_model_save_safetensors(a, path, LLMT_DTYPE_F32), LLMT_OK);
+    assert_int_equal(llmt_model_create_from_file(&b, c2, path, LLMT_PRECISION_AS_SAVED), LLMT_OK);
+    expect_same_model(a, b, LLMT_PRECISION_FP32);
+    llmt_model_free(b);
+
+    /* A bf16 model, as saved and converted to fp32 (bf16 values are exact in fp32). */
+    llmt_model_config cfg;
+    assert_int_equal(llmt_model_get_config(a, &cfg), LLMT_OK);
+    cfg.precision = LLMT_PRECISION_BF16_MIXED;
+    llmt_model *h = NULL;
+    assert_int_equal(llmt_model_create(&h, c1, &cfg), LLMT_OK);
+    test_randomize_params(h, 6, 0.3);
+    assert_int_equal(llmt_model_save_safetensors(h, path, LLMT_DTYPE_BF16), LLMT_OK);
+    assert_int_equal(llmt_model_create_from_file(&b, c2, path, LLMT_PRECISION_AS_SAVED), LLMT_OK);
+    expect_same_model(h, b, LLMT_PRECISION_BF16_MIXED);
+    llmt_model_free(b);
+    assert_int_equal(llmt_model_create_from_file(&b, c2, path, LLMT_PRECISION_FP32), LLMT_OK);
+    expect_same_model(h, b, LLMT_PRECISION_FP32);
+    llmt_model_free(b);
+    llmt_model_free(h);
+
+    /* A checkpoint directory, named through its store. */
+    char store_dir[128], ckpt[256];
+    snprintf(store_dir, sizeof store_dir, "%s/ckpt", dir);
+    llmt_ckpt_store *s = NULL;
+    assert_int_equal(llmt_ckpt_store_open(&s, c1, store_dir, NULL), LLMT_OK);
+    llmt_train_state st = LLMT_TRAIN_STATE_INIT;
+    st.model = a;
+    st.step = 3;
+    assert_int_equal(llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE), LLMT_OK);
+    assert_int_equal(llmt_ckpt_path(s, 3, LLMT_CKPT_DURABLE, ckpt, sizeof ckpt, NULL), LLMT_OK);
+    llmt_ckpt_store_free(s);
+    assert_int_equal(llmt_model_create_from_file(&b, c2, ckpt, LLMT_PRECISION_AS_SAVED), LLMT_OK);
+    expect_same_model(a, b, LLMT_PRECISION_FP32);
+    llmt_model_free(b);
+
+    /* Refusals: damaged checkpoint weights, a file without the
+     * configuration, no such file, bad arguments; *out stays NULL. */
+    char weights[300];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", ckpt);
+    size_t len = 0;
+    unsigned char *bytes = slurp(weights, &len);
+    bytes[len - 1] ^= 1;
+    spit(weights, bytes, len);
+    free(bytes);
+    b = (llmt_model *)c2;
+    assert_int_equal(llmt_model_create_from_file(&b, c2, ckpt, -1), LLMT_ECORRUPT);
+    assert_null(b);
+    assert_contains(llmt_error_last(), weights);
+    assert_contains(llmt_error_last(), "the manifest says");
+    float x[4] = {1, 2, 3, 4};
+    llmt_st_write_tensor t = {.name = "x", .dtype = LLMT_DTYPE_F32, .ndim = 1, .data = x};
+    t.shape[0] = 4;
+    const llmt_st_meta meta[1] = {{"format", "pt"}};
+    assert_int_equal(llmt_st_write(path, &t, 1, meta, 1, NULL, NULL), LLMT_OK);
+    assert_int_equal(llmt_model_create_from_file(&b, c2, path, -1), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "no \"llmt.model_config\" in __metadata__");
+    assert_int_equal(llmt_model_create_from_file(&b, c2, "/nonexistent/m.safetensors", -1), LLMT_EIO);
+    assert_contains(llmt_error_last(), "/nonexistent/m.safetensors");
+    assert_int_equal(llmt_model_create_from_file(&b, c2, dir, -1), LLMT_EIO); /* no MANIFEST */
+    assert_contains(llmt_error_last(), "MANIFEST");
+    assert_int_equal(llmt_model_create_from_file(&b, c2, ckpt, 4), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "precision = 4");
+    assert_int_equal(llmt_model_create_from_file(&b, NULL, ckpt, -1), LLMT_EINVAL);
+    assert_int_equal(llmt_model_create_from_file(&b, c2, NULL, -1), LLMT_EINVAL);
+    assert_int_equal(llmt_model_create_from_file(NULL, c2, ckpt, -1), LLMT_EINVAL);
+    assert_null(b);
+    llmt_model_free(a);
+    llmt_context_free(c1);
+    llmt_context_free(c2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip_f32_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_trip_16bit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_from_file, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,8 @@
  *   inputs, written here from the op's definition in lib/ops/ops.h.
  * - On the CUDA backend each op is compared with the CPU backend's result on
  *   the same inputs, run twice to check that it gives the same bits both
- *   times. Without a usable CUDA device these tests call skip().
+ *   times. Without a usable CUDA device these tests call skip(), or fail
+ *   under LLMT_REQUIRE_CUDA=1 (cuda_required.h).
  *
  * Errors are measured as max |got - want| over an output, relative to the
  * largest |want| of that output (so a tolerance is a fraction of the
@@ -32,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda_required.h"
 #include "test_ops/ops_harness.h"
 
 #define OP_TESTS(NAME, DESC)                                                                \
@@ -61,7 +63,7 @@ static void test_adamw_stochastic_bits_cuda(void **state)
 {
     (void)state;
     if (!g_have_cuda)
-        skip();
+        cuda_unavailable(g_cuda_why);
     check_stochastic_bits();
 }
 
@@ -70,7 +72,7 @@ static void test_unsupported_cuda(void **state)
 {
     (void)state;
     if (!g_have_cuda)
-        skip();
+        cuda_unavailable(g_cuda_why);
     backend *b = &g_cuda;
     llmt_attn_dims ad = {1, 8, 2, 1, 48};
     void *buf = dalloc(b, 4096);
@@ -89,7 +91,8 @@ static void test_unsupported_cuda(void **state)
 
 /* test_ops runs the CPU half (each op against the double reference);
  * test_ops cuda the CUDA half (each op against the CPU), which exits 77,
- * CTest's "skipped", when no CUDA device can be opened. */
+ * CTest's "skipped", when no CUDA device can be opened (and fails instead
+ * under LLMT_REQUIRE_CUDA=1). */
 int main(int argc, char **argv)
 {
     int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;

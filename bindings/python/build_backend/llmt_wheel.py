@@ -18,6 +18,10 @@ Summary: Python binding (ctypes) of libllmt, a C library for training LLaMA mode
 License: Apache-2.0
 Requires-Python: >=3.9
 Requires-Dist: numpy
+Provides-Extra: plot
+Requires-Dist: matplotlib; extra == "plot"
+Provides-Extra: test
+Requires-Dist: pytest; extra == "test"
 """
 WHEEL = """Wheel-Version: 1.0
 Generator: llmt_wheel

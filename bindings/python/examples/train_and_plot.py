@@ -4,23 +4,26 @@ licence texts of /usr/share/common-licenses, checkpointing as it goes;
 stops half-way, resumes from the newest checkpoint in a new trainer, trains
 on, and plots the loss and the memory per category over the steps.
 
-    python3 train_and_plot.py [--out DIR] [--steps N] [--png FILE]
+    python3 train_and_plot.py [--out DIR] [--steps N] [--png FILE | --no-plot]
 
 DIR (default: a new temporary directory) receives data/, checkpoints/ and,
 unless --png says otherwise, train_and_plot.png. Run it again with the same
---out and it resumes from the newest checkpoint there.
+--out and it resumes from the newest checkpoint there. Plotting needs
+matplotlib, the package's "plot" extra; without it, --no-plot only trains.
 """
 import argparse
 import glob
 import os
+import sys
 import tempfile
 
-import matplotlib
+import llmt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-import llmt  # noqa: E402
+# How to get matplotlib, said when plotting is asked for without it.
+MATPLOTLIB_HINT = ("plotting needs matplotlib, which this Python cannot import: "
+                   "pip install 'llmt[plot]' (from a checkout: pip install "
+                   "'bindings/python[plot]'), or on Debian: apt install python3-matplotlib; "
+                   "or pass --no-plot to train without plotting")
 
 # llmt-train's embedded default configuration (examples/llmt-train.c).
 DEFAULT_MODEL = dict(vocab_size=320, hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
@@ -76,7 +79,19 @@ def train_phase(cfg, steps, label):
         return tr.run(steps, callback=progress)
 
 
-def plot(reports, resumed_at, path):
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None without
+    matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    return matplotlib.pyplot
+
+
+def plot(plt, reports, resumed_at, path):
     steps = [r.step for r in reports]
     fig, (ax_loss, ax_mem) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     ax_loss.plot(steps, [r.loss for r in reports], label="training loss", lw=1)
@@ -107,7 +122,16 @@ def main():
     parser.add_argument("--out", help="working directory (default: a new temporary one)")
     parser.add_argument("--steps", type=int, default=60, help="steps in all (default 60)")
     parser.add_argument("--png", help="the plot (default OUT/train_and_plot.png)")
+    parser.add_argument("--no-plot", action="store_true",
+                        help="train only: no plot, so no need for matplotlib")
     args = parser.parse_args()
+    if args.no_plot and args.png:
+        parser.error("--png and --no-plot contradict each other")
+    # Checked before training, so a missing matplotlib costs no minutes.
+    plt = None if args.no_plot else pyplot()
+    if not args.no_plot and plt is None:
+        print(f"{parser.prog}: {MATPLOTLIB_HINT}", file=sys.stderr)
+        sys.exit(2)
     out = args.out or tempfile.mkdtemp(prefix="llmt-train-and-plot-")
     os.makedirs(out, exist_ok=True)
     cfg = config(out, args.steps)
@@ -119,9 +143,10 @@ def main():
     # where the first stopped: its reports replace the first's from there.
     resumed_at = second[0].step - 1 if second else stopped_at
     reports = [r for r in first if r.step <= resumed_at] + second
-    path = args.png or os.path.join(out, "train_and_plot.png")
-    plot(reports, resumed_at if first else None, path)
-    print(f"plot: {path}")
+    if plt is not None:
+        path = args.png or os.path.join(out, "train_and_plot.png")
+        plot(plt, reports, resumed_at if first else None, path)
+        print(f"plot: {path}")
 
 
 if __name__ == "__main__":

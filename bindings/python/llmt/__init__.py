@@ -22,7 +22,7 @@ from .config import TrainConfig
 from .context import CATEGORIES, Context, RngState
 from .data import (Loader, LoaderState, TokenizeReport, byte_decode, byte_encode, shard_write,
                    tokenize_files)
-from .errors import (ConfigWarning, CorruptData, CudaError, InvalidArgument, IOFailure,
+from .errors import (Busy, ConfigWarning, CorruptData, CudaError, InvalidArgument, IOFailure,
                      LlmtError, NotFound, OutOfMemory, StateError, Unsupported, VersionError)
 from .model import Model, Recompute, Slicer
 from .optim import LossScaler, LossScalerState, Optimizer, UpdateReport
@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 library_version = _c.llmt_version_string().decode()
 
 __all__ = [
-    "BYTE_VOCAB", "CATEGORIES", "CheckpointStore", "ConfigWarning", "Context", "CorruptData",
+    "BYTE_VOCAB", "Busy", "CATEGORIES", "CheckpointStore", "ConfigWarning", "Context", "CorruptData",
     "CudaError", "IOFailure", "InvalidArgument", "Latest", "LlmtError", "Loaded", "Loader",
     "LoaderState", "LossScaler", "LossScalerState", "Model", "NotFound", "Optimizer",
     "OutOfMemory", "Plan", "Recompute", "RngState", "Slicer", "StateError", "StepReport",

@@ -6,16 +6,20 @@ The library is looked for, in order:
 
 1. ``$LLMT_LIBRARY``, a path to the shared library (an error if it fails);
 2. ``libllmt.so.0`` next to this package (a copy bundled into it);
-3. a build tree: walking up from this package, the first directory that has
+3. the installed prefix: ``cmake --install`` writes ``_installed.py`` into the
+   package it installs, recording the library directory relative to it;
+4. a build tree: walking up from this package, the first directory that has
    ``build*/lib/libllmt.so.0``; of those, the newest whose build is not
    sanitized (its CMakeCache.txt does not say ``LLMT_SANITIZE:BOOL=ON``);
-4. the system: ``libllmt.so.0`` through the dynamic loader's search path, then
+5. the system: ``libllmt.so.0`` through the dynamic loader's search path, then
+   in ``pkg-config --variable=libdir llmt``, then
    ``ctypes.util.find_library("llmt")``.
 """
 import ctypes
 import ctypes.util
 import glob
 import os
+import subprocess
 from ctypes import (POINTER, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint32, c_uint64, c_void_p)
 
@@ -49,24 +53,51 @@ def _build_tree_library(start):
         here = parent
 
 
+def _installed_library(package_dir):
+    """The library of the prefix this package was installed into by
+    ``cmake --install`` (recorded in _installed.py), or None."""
+    try:
+        from . import _installed
+    except ImportError:
+        return None
+    return os.path.join(package_dir, _installed.LIBDIR, SONAME)
+
+
+def _pkg_config_library():
+    """libllmt.so.0 in the libdir pkg-config gives for llmt, or None."""
+    try:
+        result = subprocess.run(["pkg-config", "--variable=libdir", "llmt"],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libdir = result.stdout.strip()
+    return os.path.join(libdir, SONAME) if result.returncode == 0 and libdir else None
+
+
 def _candidates():
-    """(path or name, is_explicit) in search order."""
+    """(path or name, is_explicit) in search order; lazily, so pkg-config runs
+    only when the earlier candidates failed."""
     env = os.environ.get("LLMT_LIBRARY")
     if env:
-        return [(env, True)]
+        yield env, True
+        return
     package_dir = os.path.dirname(os.path.abspath(__file__))
-    found = []
     bundled = os.path.join(package_dir, SONAME)
     if os.path.exists(bundled):
-        found.append((bundled, False))
+        yield bundled, False
+    installed = _installed_library(package_dir)
+    if installed:
+        yield installed, False
     built = _build_tree_library(package_dir)
     if built:
-        found.append((built, False))
-    found.append((SONAME, False))
+        yield built, False
+    yield SONAME, False
+    configured = _pkg_config_library()
+    if configured:
+        yield configured, False
     system = ctypes.util.find_library("llmt")
     if system:
-        found.append((system, False))
-    return found
+        yield system, False
 
 
 def _load():
@@ -139,6 +170,7 @@ FUNCTIONS = {
     # model.h
     "llmt_model_config_init": (None, [_p(S.llmt_model_config)]),
     "llmt_model_create": (STATUS, [_pp(S.llmt_model), CTX, _p(S.llmt_model_config)]),
+    "llmt_model_create_from_file": (STATUS, [_pp(S.llmt_model), CTX, c_char_p, c_int32]),
     "llmt_model_free": (None, [MODEL]),
     "llmt_model_get_config": (STATUS, [MODEL, _p(S.llmt_model_config)]),
     "llmt_model_num_params": (c_int64, [MODEL]),
@@ -197,12 +229,17 @@ FUNCTIONS = {
     # plan.h
     "llmt_plan_config_init": (None, [_p(S.llmt_plan_config)]),
     "llmt_plan_compute": (STATUS, [CTX, _p(S.llmt_plan_config), _p(S.llmt_plan)]),
+    "llmt_plan_compute_backend": (STATUS, [c_int32, c_int32, _p(S.llmt_plan_config),
+                                           _p(S.llmt_plan)]),
     "llmt_plan_fit": (STATUS, [CTX, _p(S.llmt_plan_config), c_uint64, I32P, I32P]),
+    "llmt_plan_fit_backend": (STATUS, [c_int32, c_int32, _p(S.llmt_plan_config), c_uint64,
+                                       I32P, I32P]),
     # config.h
     "llmt_train_config_init": (None, [_p(S.llmt_train_config)]),
     "llmt_train_config_parse_yaml": (STATUS, [_p(S.llmt_train_config), c_char_p, c_size_t,
                                               c_char_p]),
     "llmt_train_config_load_yaml": (STATUS, [_p(S.llmt_train_config), c_char_p]),
+    "llmt_train_config_set": (STATUS, [_p(S.llmt_train_config), c_char_p, c_char_p]),
     "llmt_train_config_check": (STATUS, [_p(S.llmt_train_config)]),
     "llmt_train_config_to_yaml": (STATUS, [_p(S.llmt_train_config), c_char_p, c_size_t, SIZEP]),
     # trainer.h
@@ -237,10 +274,10 @@ FUNCTIONS = {
     "llmt_loader_next": (STATUS, [LOADER, I32P, I32P, c_size_t]),
     "llmt_loader_get_state": (STATUS, [LOADER, _p(S.llmt_loader_state)]),
     "llmt_loader_set_state": (STATUS, [LOADER, _p(S.llmt_loader_state)]),
-    "llmt_loader_epoch": (c_uint64, [LOADER]),
-    "llmt_loader_windows_per_epoch": (c_uint64, [LOADER]),
-    "llmt_loader_tokens_per_epoch": (c_uint64, [LOADER]),
-    "llmt_loader_num_shards": (c_uint64, [LOADER]),
+    "llmt_loader_epoch": (STATUS, [LOADER, _p(c_uint64)]),
+    "llmt_loader_windows_per_epoch": (STATUS, [LOADER, _p(c_uint64)]),
+    "llmt_loader_tokens_per_epoch": (STATUS, [LOADER, _p(c_uint64)]),
+    "llmt_loader_num_shards": (STATUS, [LOADER, _p(c_uint64)]),
     # checkpoint.h
     "llmt_ckpt_store_config_init": (None, [_p(S.llmt_ckpt_store_config)]),
     "llmt_ckpt_store_open": (STATUS, [_pp(S.llmt_ckpt_store), CTX, c_char_p,

@@ -91,7 +91,8 @@ class CheckpointStore(Handle):
 
     def latest(self):
         """The newest checkpoint over both tiers that verifies, as Latest(step,
-        tier, notes); raises NotFound when none does."""
+        tier, notes); raises NotFound when the store holds no checkpoint,
+        CorruptData naming every one refused and why when none verifies."""
         step, tier_ = ctypes.c_int64(), ctypes.c_int32()
         notes = ctypes.create_string_buffer(8192)
         lib.llmt_ckpt_latest(self._ptr, ctypes.byref(step), ctypes.byref(tier_), notes,

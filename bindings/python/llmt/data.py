@@ -109,22 +109,27 @@ class Loader(Handle):
         fill_struct(st, value._asdict(), "LoaderState")
         lib.llmt_loader_set_state(self._ptr, ctypes.byref(st))
 
+    def _get(self, getter):
+        value = ctypes.c_uint64()
+        getter(self._ptr, ctypes.byref(value))
+        return value.value
+
     @property
     def epoch(self):
         """The current epoch, from 0."""
-        return lib.llmt_loader_epoch(self._ptr)
+        return self._get(lib.llmt_loader_epoch)
 
     @property
     def windows_per_epoch(self):
         """Windows in one epoch."""
-        return lib.llmt_loader_windows_per_epoch(self._ptr)
+        return self._get(lib.llmt_loader_windows_per_epoch)
 
     @property
     def tokens_per_epoch(self):
         """Input tokens served in one epoch."""
-        return lib.llmt_loader_tokens_per_epoch(self._ptr)
+        return self._get(lib.llmt_loader_tokens_per_epoch)
 
     @property
     def num_shards(self):
         """The number of shards."""
-        return lib.llmt_loader_num_shards(self._ptr)
+        return self._get(lib.llmt_loader_num_shards)

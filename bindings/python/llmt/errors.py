@@ -11,6 +11,7 @@ EUNSUPPORTED = -6
 ECUDA = -7
 ESTATE = -8
 ENOTFOUND = -9
+EBUSY = -10
 
 
 class LlmtError(Exception):
@@ -77,13 +78,19 @@ class NotFound(LlmtError, LookupError):
     status = ENOTFOUND
 
 
+class Busy(LlmtError):
+    """LLMT_EBUSY: another process (or handle) holds the item's lock, e.g. a
+    checkpoint directory already open in a store; the message names its pid."""
+    status = EBUSY
+
+
 class ConfigWarning(UserWarning):
     """A configuration setting that will not take effect as written."""
 
 
 _BY_STATUS = {cls.status: cls for cls in (InvalidArgument, OutOfMemory, IOFailure, CorruptData,
                                           VersionError, Unsupported, CudaError, StateError,
-                                          NotFound)}
+                                          NotFound, Busy)}
 
 
 def error_for(status, message):

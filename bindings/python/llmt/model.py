@@ -51,6 +51,21 @@ class Model(Handle):
         self.context = context
 
     @classmethod
+    def from_file(cls, context, path, precision=None):
+        """A model whose configuration and weights come from ``path``: a
+        safetensors file carrying its configuration in ``__metadata__``
+        (``save_safetensors`` and checkpoints write it) or a checkpoint
+        directory (e.g. ``CheckpointStore.path(step)``), checked against its
+        manifest. ``precision`` (a name as for Model) overrides the saved one."""
+        code = -1 if precision is None else enum(precision, PRECISIONS, "precision")
+        out = ctypes.POINTER(S.llmt_model)()
+        lib.llmt_model_create_from_file(ctypes.byref(out), context._ptr, path_bytes(path), code)
+        self = cls.__new__(cls)
+        self._attach(out, lib.llmt_model_free, (context,))
+        self.context = context
+        return self
+
+    @classmethod
     def _borrow(cls, ptr, owner, context):
         """A Model over a handle ``owner`` owns (a trainer's model)."""
         self = cls.__new__(cls)

@@ -310,14 +310,17 @@ class Trainer(Handle):
         self._native.keep["log"] = thunk  # C may call it until the trainer is freed
 
     def resume_latest(self):
-        """Loads the newest valid checkpoint of the store, if any; returns the
-        step resumed from, or None for a fresh start."""
+        """Loads the newest valid checkpoint of the store; returns the step
+        resumed from, or None for a fresh start (an empty store). Raises
+        CorruptData, naming each checkpoint and why it was refused, when the
+        store holds checkpoints none of which verifies."""
         step = ctypes.c_int64()
         self._call(lib.llmt_trainer_resume_latest, ctypes.byref(step))
         return None if step.value < 0 else step.value
 
     def save(self, tier="durable"):
-        """Saves a checkpoint of the current state now, synchronously."""
+        """Saves a checkpoint of the current state now, synchronously; a step
+        this trainer already committed in that tier is not written again."""
         self._call(lib.llmt_trainer_save, tier_index(tier))
 
     def evaluate(self):

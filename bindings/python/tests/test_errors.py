@@ -10,7 +10,8 @@ from conftest import SMALL_MODEL
 def test_status_codes_map_to_exception_classes():
     expected = {-1: llmt.InvalidArgument, -2: llmt.OutOfMemory, -3: llmt.IOFailure,
                 -4: llmt.CorruptData, -5: llmt.VersionError, -6: llmt.Unsupported,
-                -7: llmt.CudaError, -8: llmt.StateError, -9: llmt.NotFound}
+                -7: llmt.CudaError, -8: llmt.StateError, -9: llmt.NotFound,
+                -10: llmt.Busy}
     for status, cls in expected.items():
         e = errors.error_for(status, "message")
         assert type(e) is cls and e.status == status and str(e) == "message"

@@ -70,7 +70,7 @@ def _layout_program():
                  "SHARD_VERSION_U32"):
         lines.append(f'printf("{name} %d\\n", (int)LLMT_{name});')
     for name in ("OK", "EINVAL", "ENOMEM", "EIO", "ECORRUPT", "EVERSION", "EUNSUPPORTED",
-                 "ECUDA", "ESTATE", "ENOTFOUND"):
+                 "ECUDA", "ESTATE", "ENOTFOUND", "EBUSY"):
         lines.append(f'printf("status.{name} %d\\n", (int)LLMT_{name});')
     lines += ['return 0;', '}']
     return "\n".join(lines) + "\n"
@@ -98,7 +98,7 @@ def test_struct_layouts_and_constants_match_the_headers(include_dir, tmp_path):
                  "SHARD_VERSION_U32"):
         py[name] = getattr(_structs, name)
     for name in ("OK", "EINVAL", "ENOMEM", "EIO", "ECORRUPT", "EVERSION", "EUNSUPPORTED",
-                 "ECUDA", "ESTATE", "ENOTFOUND"):
+                 "ECUDA", "ESTATE", "ENOTFOUND", "EBUSY"):
         py[f"status.{name}"] = getattr(errors, name)
     assert {k: int(v) for k, v in c.items()} == py
 

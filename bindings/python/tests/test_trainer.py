@@ -85,8 +85,13 @@ def test_resume_continues_the_same_run(shards, tmp_path):
     losses = losses[:3] + [r.loss for r in second.iter_steps()]
     assert losses == expected
     second.save("durable")
-    assert llmt.CheckpointStore(second.context, tmp_path / "ckpt").list() == [3, 6, 8]
+    # The trainer's store holds the directory's lock until it is closed.
+    with pytest.raises(llmt.Busy, match="locked by this process"):
+        llmt.CheckpointStore(second.context, tmp_path / "ckpt")
+    second.save("durable")  # step 8 again: already committed, nothing written
     second.close()
+    with llmt.Context(num_threads=THREADS) as ctx:
+        assert llmt.CheckpointStore(ctx, tmp_path / "ckpt").list() == [3, 6, 8]
 
 
 def test_callbacks_stop_and_exceptions_are_re_raised(shards):

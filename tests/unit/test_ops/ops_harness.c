@@ -7,7 +7,9 @@
 #include "ops_harness.h"
 
 #include "core/context_internal.h"
+#include "core/cuda_plugin_info.h"
 #include "core/half.h"
+#include "cuda_required.h"
 #include "test_context.h"
 #include "test_rand.h"
 
@@ -15,7 +17,7 @@
 
 backend g_cpu, g_cuda;
 int g_have_cuda;
-static char g_cuda_why[512];
+char g_cuda_why[512];
 
 void open_backends(void)
 {
@@ -31,6 +33,9 @@ void open_backends(void)
         g_cuda.dev = g_cuda.ctx->backend;
         g_cuda.ops = llmt_ops(g_cuda.ctx);
         g_have_cuda = 1;
+        char line[1024];
+        llmt_cuda_plugin_describe(g_cuda.ctx->plugin_handle, line, sizeof line);
+        printf("CUDA backend: %s\n", line);
     } else {
         snprintf(g_cuda_why, sizeof g_cuda_why, "%s", llmt_error_last());
     }
@@ -273,10 +278,8 @@ void check_cpu(const op_test *t)
 
 void check_cuda(const op_test *t)
 {
-    if (!g_have_cuda) {
-        print_message("no CUDA backend: %s\n", g_cuda_why);
-        skip();
-    }
+    if (!g_have_cuda)
+        cuda_unavailable(g_cuda_why);
     for (int v = 0; v < t->variants; v++) {
         void *in = t->make(v, 2000 + (uint64_t)v);
         result cpu = {0}, gpu = {0}, again = {0};

@@ -54,6 +54,8 @@ typedef struct op_test {
 
 extern backend g_cpu, g_cuda;
 extern int g_have_cuda;
+/* Why the CUDA backend did not open (its error message), when it did not. */
+extern char g_cuda_why[512];
 /* F32, BF16, F16: the dtype of variant v of most op tests is dtypes[v]. */
 extern const int dtypes[3];
 

@@ -1,0 +1,137 @@
+/* llmt-train's run directory: creating it, locking it, finding and removing
+ * checkpoints, and the final metrics record. */
+#define _DEFAULT_SOURCE
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "train_cli.h"
+
+int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        fprintf(stderr, PROG ": --out %s: path too long\n", dir);
+        return -1;
+    }
+    /* Each prefix ending before a '/' (the root and empty names skipped),
+     * then the whole path. */
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char saved = *p;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(path, 0755) != 0) {
+            int err = errno; /* EEXIST, or EACCES/EROFS on a directory that exists */
+            if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                fprintf(stderr, PROG ": cannot create %s: %s\n", path,
+                        err == EEXIST ? "it exists and is not a directory" : strerror(err));
+                return -1;
+            }
+        }
+        *p = saved;
+        if (!saved)
+            return 0;
+    }
+}
+
+/* Reads the pid the holder of the lock wrote; it writes it just after
+ * taking the lock, so an empty file is retried for up to a second. */
+static long read_holder_pid(int fd)
+{
+    for (int tries = 0; tries < 20; tries++) {
+        char buf[32] = {0};
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+        if (pid > 0)
+            return pid;
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    return 0;
+}
+
+int lock_run_dir(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.llmt-train.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, PROG ": cannot open the lock file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        long pid = err == EWOULDBLOCK ? read_holder_pid(fd) : 0;
+        if (err != EWOULDBLOCK)
+            fprintf(stderr, PROG ": cannot lock %s: %s\n", path, strerror(err));
+        else if (pid)
+            fprintf(stderr, PROG ": %s is in use by another llmt-train (pid %ld, lock %s); "
+                    "wait for it to end or choose another --out\n", dir, pid, path);
+        else
+            fprintf(stderr, PROG ": %s is in use by another llmt-train (lock %s); wait for it "
+                    "to end or choose another --out\n", dir, path);
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {
+        fprintf(stderr, PROG ": cannot write the lock file %s: %s\n", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int has_checkpoints(const char *dir)
+{
+    DIR *d = dir[0] ? opendir(dir) : NULL;
+    struct dirent *e;
+    int found = 0;
+    struct stat st;
+    while (d && !found && (e = readdir(d)))
+        found = strncmp(e->d_name, "step-", 5) == 0 && !strchr(e->d_name, '.') &&
+                fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+void remove_tree(const char *dir)
+{
+    if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        fprintf(stderr, PROG ": cannot remove %s: %s\n", dir, strerror(errno));
+}
+
+int append_final_eval(const char *path, long long step, double loss)
+{
+    FILE *f = fopen(path, "a");
+    if (f && isfinite(loss))
+        fprintf(f, "{\"event\":\"final_eval\",\"step\":%lld,\"eval_loss\":%.17g}\n", step, loss);
+    else if (f)
+        fprintf(f, "{\"event\":\"final_eval\",\"step\":%lld,\"eval_loss\":null}\n", step);
+    if (!f || fclose(f) != 0) {
+        fprintf(stderr, PROG ": cannot append to %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}

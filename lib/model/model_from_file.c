@@ -1,0 +1,125 @@
+/* Creating a model from what a file says of it: a safetensors file whose
+ * __metadata__ holds the configuration (llmt_model_save_safetensors and
+ * checkpoints write it), or a checkpoint directory (its MANIFEST holds the
+ * configuration and the checksum of model.safetensors). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/manifest.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/store_internal.h"
+#include "core/error.h"
+#include "model/config_json.h"
+#include "util/fsutil.h"
+
+/* The metadata key holding the model configuration as JSON (as model_io.c). */
+#define CONFIG_KEY "llmt.model_config"
+
+/* The configuration in a safetensors file's metadata. */
+static int config_of_file(const char *path, llmt_model_config *cfg)
+{
+    llmt_st_file *f = NULL;
+    LLMT_TRY(llmt_st_open(path, NULL, &f));
+    const char *text = llmt_st_meta_get(f, CONFIG_KEY);
+    int rc = LLMT_OK;
+    if (!text) {
+        rc = llmt_fail(LLMT_EINVAL, "%s: no \"%s\" in __metadata__: the model's configuration is "
+                       "unknown (create the model, then llmt_model_load_safetensors)", path,
+                       CONFIG_KEY);
+    } else {
+        llmt_json *root = NULL;
+        const llmt_json_limits lim = {8, strlen(text), 64, 64};
+        rc = llmt_json_parse(text, strlen(text), &lim, &root);
+        if (!rc)
+            rc = llmt_model_config_read_json(root, cfg);
+        llmt_json_free(root);
+        if (rc)
+            rc = llmt_fail_prefix(LLMT_ECORRUPT, "%s: metadata %s", path, CONFIG_KEY);
+    }
+    llmt_st_close(f);
+    return rc;
+}
+
+/* The configuration in a checkpoint directory's MANIFEST, and the path of
+ * its model.safetensors (malloc'ed) once that file's size and XXH3-64 match
+ * the manifest. */
+static int config_of_checkpoint(const char *dir, llmt_model_config *cfg, char **weights)
+{
+    size_t n = strlen(dir) + sizeof CKPT_OPTIMIZER_FILE + 2; /* the longest name */
+    char *manifest_path = malloc(n), *text = NULL;
+    *weights = malloc(n);
+    if (!manifest_path || !*weights) {
+        free(manifest_path);
+        return llmt_fail(LLMT_ENOMEM, "%s: out of memory", dir);
+    }
+    snprintf(manifest_path, n, "%s/%s", dir, CKPT_MANIFEST_FILE);
+    snprintf(*weights, n, "%s/%s", dir, CKPT_MODEL_FILE);
+    size_t len = 0;
+    llmt_manifest m;
+    memset(&m, 0, sizeof m);
+    int rc = llmt_read_file(manifest_path, LLMT_MANIFEST_MAX_BYTES, &text, &len);
+    if (!rc && (rc = llmt_manifest_parse(text, len, &m)) != LLMT_OK)
+        llmt_fail_prefix(rc, "%s", manifest_path);
+    const llmt_manifest_file *entry = rc ? NULL : llmt_manifest_find(&m, CKPT_MODEL_FILE);
+    if (!rc && !entry)
+        rc = llmt_fail(LLMT_ECORRUPT, "%s: %s is not listed", manifest_path, CKPT_MODEL_FILE);
+    uint64_t size = 0, xxh3 = 0;
+    if (!rc)
+        rc = llmt_hash_file(*weights, &size, &xxh3);
+    if (!rc && (size != entry->bytes || xxh3 != entry->xxh3))
+        rc = llmt_fail(LLMT_ECORRUPT, "%s: size %" PRIu64 " and XXH3-64 %016" PRIx64 ", the "
+                       "manifest says %" PRIu64 " and %016" PRIx64, *weights, size, xxh3,
+                       entry->bytes, entry->xxh3);
+    if (!rc)
+        *cfg = m.model;
+    llmt_manifest_clear(&m);
+    free(text);
+    free(manifest_path);
+    return rc;
+}
+
+int llmt_model_create_from_file(llmt_model **out, llmt_context *ctx, const char *path,
+                                int32_t precision)
+{
+    const char *fn = "llmt_model_create_from_file";
+    if (!out)
+        return llmt_fail(LLMT_EINVAL, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!ctx || !path)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, ctx ? "path" : "ctx");
+    if (precision < -1 || precision > LLMT_PRECISION_BF16_PURE)
+        return llmt_fail(LLMT_EINVAL, "%s: precision = %d (-1 for the file's, or an "
+                         "llmt_precision)", fn, precision);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return llmt_fail(LLMT_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    llmt_model_config cfg;
+    char *weights = NULL;
+    int rc;
+    if (S_ISDIR(st.st_mode)) {
+        rc = config_of_checkpoint(path, &cfg, &weights);
+    } else if (S_ISREG(st.st_mode)) {
+        rc = (weights = strdup(path)) ? config_of_file(path, &cfg)
+                                      : llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
+    } else {
+        rc = llmt_fail(LLMT_EIO, "%s: neither a safetensors file nor a checkpoint directory", path);
+    }
+    if (!rc && precision >= 0)
+        cfg.precision = precision;
+    llmt_model *m = NULL;
+    if (!rc && (rc = llmt_model_create(&m, ctx, &cfg)) != LLMT_OK)
+        llmt_fail_prefix(rc, "%s: the configuration it holds", path);
+    if (!rc)
+        rc = llmt_model_load_safetensors(m, weights);
+    free(weights);
+    if (rc) {
+        llmt_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return LLMT_OK;
+}

@@ -1,0 +1,125 @@
+#!/bin/sh
+# llmt-plan: --help and --version exit 0; bad values (--backend tpu, --seq abc,
+# --budget lots, --precision fp8, --seq past a --config's max_seq_len, ...)
+# are usage errors naming the option and the value; the parameter count is
+# checked against the LLaMA formula; the budget fit searches precisions
+# (checked against the tool's own table) unless --precision pins one;
+# --backend cuda plans without a device where the CUDA plugin is built, and
+# says the build has none where it is not.
+# Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
+set -eu
+tool=$1
+cuda=$2
+src=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# run ARGS...: runs the tool; $status, $tmp/out, $tmp/err hold the result.
+run() {
+    status=0
+    "$tool" "$@" > "$tmp/out" 2> "$tmp/err" || status=$?
+}
+# usage_error WORDS -- ARGS...: exit status 2, nothing on stdout, and stderr
+# naming each of WORDS.
+usage_error() {
+    words=""
+    while [ "$1" != "--" ]; do words="$words $1"; shift; done
+    shift
+    run "$@"
+    [ "$status" = 2 ] || fail "$*: exit $status, not 2: $(cat "$tmp/err")"
+    [ ! -s "$tmp/out" ] || fail "$*: printed to stdout: $(cat "$tmp/out")"
+    for w in $words; do
+        grep -q -e "$w" "$tmp/err" || fail "$*: the message does not name '$w': $(cat "$tmp/err")"
+    done
+    if grep -Eq ':[0-9]+:[0-9]+' "$tmp/err"; then
+        fail "$*: the message gives a file position: $(cat "$tmp/err")"
+    fi
+}
+
+run --help
+[ "$status" = 0 ] || fail "--help exits $status"
+grep -q "^usage: llmt-plan" "$tmp/out" || fail "--help prints no usage on stdout"
+run --version
+[ "$status" = 0 ] || fail "--version exits $status"
+grep -Eqx 'llmt-plan [0-9]+\.[0-9]+\.[0-9]+' "$tmp/out" || fail "--version: $(cat "$tmp/out")"
+
+usage_error -- --backend cpu
+usage_error -- --preset small extra
+usage_error --backend tpu -- --preset small --backend tpu
+usage_error --seq abc -- --preset small --seq abc
+if grep -q max_seq_len "$tmp/err"; then fail "--seq abc: a library message: $(cat "$tmp/err")"; fi
+usage_error --seq -- --preset small --seq 0
+usage_error --seq -- --preset small --seq -5
+usage_error --seq 1e3 -- --preset small --seq 1e3
+usage_error --seq -- --preset small --seq 99999999999999999999
+usage_error --micro-batch -- --preset small --micro-batch x
+usage_error --threads -- --preset small --threads 0
+usage_error --budget lots -- --preset small --budget lots
+usage_error --budget -- --preset small --budget 0
+usage_error --budget -- --preset small --budget -1GiB
+usage_error --precision fp8 -- --preset small --precision fp8
+usage_error --preset tiny -- --preset tiny
+usage_error --preset --config -- --preset small --config x.yaml
+usage_error --stesp -- --preset small --stesp 3
+usage_error "--seq 5000" max_seq_len -- --config "$src/examples/configs/100m.yaml" --seq 5000
+
+# The parameter count of preset small (vocab 8192, hidden 512, 8 layers, 8
+# heads of 64, 8 kv heads, ffn 1408, untied): embedding and LM head, per layer
+# two norms, q k v o and the three FFN matrices, and the final norm.
+v=8192 d=512 l=8 kv=$((8 * 64)) f=1408
+params=$((2 * v * d + l * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * f) + d))
+run --preset small --seq 256
+[ "$status" = 0 ] || fail "--preset small: exit $status: $(cat "$tmp/err")"
+grep -q "($params parameters)" "$tmp/out" || fail "not $params parameters: $(cat "$tmp/out")"
+[ "$(grep -Ec '^(fp32|bf16_mixed|fp16_mixed|bf16_pure) ' "$tmp/out")" = 24 ] ||
+    fail "the table has not 4 precisions x 6 policies: $(cat "$tmp/out")"
+
+# The fit the table implies: the first precision (fp32, bf16_mixed,
+# fp16_mixed, bf16_pure) with a policy of the ladder whose peak (last column,
+# GiB, at micro-batch 1) is within the budget, and the lightest such policy.
+expected_fit() { # budget-GiB < table
+    awk -v budget="$1" '
+        NF == 8 && $1 ~ /^(fp32|bf16_mixed|fp16_mixed|bf16_pure)$/ { peak[$1 " " $2] = $8 }
+        END {
+            split("fp32 bf16_mixed fp16_mixed bf16_pure", precs, " ")
+            split("none ffn_act attn_core+ffn_act attn_core+ffn full", ladder, " ")
+            for (p = 1; p <= 4; p++)
+                for (k = 1; k <= 5; k++)
+                    if ((precs[p] " " ladder[k]) in peak && peak[precs[p] " " ladder[k]] <= budget) {
+                        printf "%s, micro-batch 1 with recompute %s fits\n", precs[p], ladder[k]
+                        exit
+                    }
+            print "nothing fits"
+        }'
+}
+run --preset llama-7b --budget 80GiB
+[ "$status" = 0 ] || fail "--budget 80GiB: exit $status: $(cat "$tmp/err")"
+want=$(expected_fit 80 < "$tmp/out")
+[ "$want" != "nothing fits" ] || fail "the table shows nothing within 80 GiB: $(cat "$tmp/out")"
+grep -qF "budget 80.00 GiB: $want" "$tmp/out" || fail "not '$want': $(tail -5 "$tmp/out")"
+grep -q "budget 80.00 GiB: fp32 does not fit" "$tmp/out" || fail "fp32 was not tried first"
+
+# --precision pins the table and the fit.
+run --preset llama-7b --budget 80GiB --precision fp32
+[ "$status" = 1 ] || fail "--precision fp32 --budget 80GiB: exit $status, not 1"
+[ "$(grep -Ec '^fp32 ' "$tmp/out")" = 6 ] && ! grep -Eq '^(bf16|fp16)' "$tmp/out" ||
+    fail "--precision fp32 planned other precisions: $(cat "$tmp/out")"
+grep -q "budget 80.00 GiB: nothing fits" "$tmp/out" || fail "no 'nothing fits': $(cat "$tmp/out")"
+run --preset small --seq 256 --budget 1GiB --precision bf16_pure
+[ "$status" = 0 ] || fail "--precision bf16_pure --budget 1GiB: exit $status"
+grep -q "budget 1.00 GiB: bf16_pure, micro-batch 1 with recompute none fits" "$tmp/out" ||
+    fail "--precision bf16_pure: $(tail -2 "$tmp/out")"
+
+# CUDA: arithmetic only, so no GPU or driver is needed.
+run --preset small --seq 256 --backend cuda
+if [ "$cuda" = ON ]; then
+    [ "$status" = 0 ] || fail "--backend cuda: exit $status: $(cat "$tmp/err")"
+    grep -q "($params parameters)" "$tmp/out" || fail "cuda: not $params parameters"
+    grep -q "cuda backend" "$tmp/out" || fail "cuda: the header does not say cuda"
+else
+    [ "$status" = 1 ] || fail "--backend cuda without the plugin: exit $status, not 1"
+    grep -q "has none (configure with -DLLMT_CUDA=ON)" "$tmp/err" ||
+        fail "--backend cuda without the plugin: $(cat "$tmp/err")"
+fi
+echo "ok: llmt-plan"
