@@ -13,7 +13,7 @@
  * DIR and its parents are created, and locked against a second llmt-train.
  * Run again with the same --out, it resumes from the newest valid
  * checkpoint; checkpoints none of which verify are an error unless
- * --start-over. SIGINT (Ctrl-C) and SIGTERM save a checkpoint and stop
+ * --start-over, which sets them aside (step-N.refused-TIME). SIGINT (Ctrl-C) and SIGTERM save a checkpoint and stop
  * (exit 130 and 143); before training starts they stop without training.
  * The fast tier goes to /dev/shm (memory) unless the configuration names a
  * directory; that default one is removed when the run ends with its durable
@@ -114,7 +114,8 @@ static void usage(FILE *f)
             "  --resume      fail unless a checkpoint is resumed (default: resume if any)\n"
             "  --no-resume   fail if DIR already holds checkpoints\n"
             "  --start-over  train from step 0 although DIR holds checkpoints, none of\n"
-            "                which verifies (refused when one does)\n"
+            "                which verifies (refused when one does); they are renamed\n"
+            "                step-N.refused-TIME and kept\n"
             "  --version     print the library version\n"
             "SIGINT and SIGTERM save a checkpoint and stop (exit 130, 143).\n");
 }
@@ -265,38 +266,41 @@ static int fill_paths(llmt_train_config *cfg, const char *out, int *default_fast
     return 0;
 }
 
-/* Resumes as the options say; *from receives the step resumed (-1: none).
- * 0, or 1 with the reason on stderr. */
-static int resume_as_asked(llmt_trainer *tr, const options *o, const llmt_train_config *cfg,
-                           int64_t *from)
+/* What the options ask of the checkpoints already there, before the
+ * trainer opens them: --no-resume refuses any, --start-over sets invalid
+ * ones aside (and refuses a valid one). 0, or 1 with the reason on stderr. */
+static int check_existing(llmt_context *ctx, const options *o, const llmt_train_config *cfg)
 {
-    *from = -1;
     if (o->no_resume) {
-        if (has_checkpoints(cfg->checkpoint_dir) || has_checkpoints(cfg->fast_checkpoint_dir)) {
+        size_t n = 0, fast = 0;
+        if (count_checkpoints(ctx, cfg->checkpoint_dir, &n) ||
+            count_checkpoints(ctx, cfg->fast_checkpoint_dir, &fast))
+            return 1;
+        if (n + fast) {
             fprintf(stderr, PROG ": --no-resume, but %s already has checkpoints: choose another "
                     "--out or remove them\n", o->out);
             return 1;
         }
-        return 0;
     }
+    if (o->start_over &&
+        set_aside_for_start_over(ctx, o->out, cfg->checkpoint_dir, cfg->fast_checkpoint_dir))
+        return 1;
+    return 0;
+}
+
+/* Resumes as the options say (after check_existing); *from receives the
+ * step resumed (-1: none). 0, or 1 with the reason on stderr. */
+static int resume_as_asked(llmt_trainer *tr, const options *o, const llmt_train_config *cfg,
+                           int64_t *from)
+{
+    *from = -1;
+    if (o->no_resume)
+        return 0;
     int rc = llmt_trainer_resume_latest(tr, from);
-    if (o->start_over) {
-        if (rc == LLMT_OK && *from >= 0) {
-            fprintf(stderr, PROG ": --start-over, but the checkpoint of step %lld in %s is "
-                    "valid: resume it (leave out --start-over), or choose another --out\n",
-                    (long long)*from, o->out);
-            return 1;
-        }
-        if (rc == LLMT_ECORRUPT)
-            printf("--start-over: ignoring the invalid checkpoints (%s)\n", llmt_error_last());
-        else if (rc)
-            return die("resume");
-        *from = -1;
-        return 0;
-    }
     if (rc == LLMT_ECORRUPT) {
         fprintf(stderr, PROG ": resume: %s\n" PROG ": no checkpoint in %s verifies; to train "
-                "from step 0 over them, run again with --start-over\n", llmt_error_last(), o->out);
+                "from step 0, run again with --start-over (which sets them aside)\n",
+                llmt_error_last(), o->out);
         return 1;
     }
     if (rc)
@@ -363,6 +367,10 @@ int main(int argc, char **argv)
     llmt_trainer *tr = NULL;
     if (llmt_context_create(&ctx, &cc))
         return die("context");
+    if (check_existing(ctx, &o, &cfg)) {
+        llmt_context_free(ctx);
+        return 1;
+    }
     if (llmt_trainer_create_from_config(&tr, ctx, &cfg)) {
         llmt_context_free(ctx);
         return die("setup");

@@ -1,8 +1,7 @@
-/* llmt-train's run directory: creating it, locking it, finding and removing
- * checkpoints, and the final metrics record. */
+/* llmt-train's run directory: creating it, locking it, removing the default
+ * fast tier, and the final metrics record. */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700 /* nftw */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -92,20 +91,6 @@ int lock_run_dir(const char *dir)
         return -1;
     }
     return fd;
-}
-
-int has_checkpoints(const char *dir)
-{
-    DIR *d = dir[0] ? opendir(dir) : NULL;
-    struct dirent *e;
-    int found = 0;
-    struct stat st;
-    while (d && !found && (e = readdir(d)))
-        found = strncmp(e->d_name, "step-", 5) == 0 && !strchr(e->d_name, '.') &&
-                fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-    if (d)
-        closedir(d);
-    return found;
 }
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)

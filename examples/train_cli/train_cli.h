@@ -22,10 +22,6 @@ int make_dirs(const char *dir);
  * another process holds the lock, the message names its pid. */
 int lock_run_dir(const char *dir);
 
-/* Whether dir holds a checkpoint directory (step-N), valid or not; a plain
- * file of that name is not one (the store ignores it too). */
-int has_checkpoints(const char *dir);
-
 /* Removes a directory tree (the default fast tier after the final save); a
  * failure other than ENOENT is reported on stderr. */
 void remove_tree(const char *dir);
@@ -34,6 +30,20 @@ void remove_tree(const char *dir);
  * metrics file path (JSONL, as the trainer writes it); 0 or -1 with a
  * message on stderr. Called after the trainer closed the file. */
 int append_final_eval(const char *path, long long step, double loss);
+
+/* ---- checkpoints.c */
+
+/* How many checkpoints (valid or not) the directory dir holds, by the
+ * store's own rule (llmt_ckpt_list on a read_only store); a missing or empty
+ * dir holds none. 0, or -1 with a message on stderr. */
+int count_checkpoints(llmt_context *ctx, const char *dir, size_t *count);
+
+/* For --start-over: opens the store on dir and fast_dir (may be ""), fails
+ * when it holds a valid checkpoint (resume it instead), else sets aside
+ * the invalid ones (llmt_ckpt_set_aside_invalid) and says so. out names the
+ * run directory in messages. 0, or -1 with a message on stderr. */
+int set_aside_for_start_over(llmt_context *ctx, const char *out, const char *dir,
+                             const char *fast_dir);
 
 /* ---- corpus.c */
 

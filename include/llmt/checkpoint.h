@@ -37,7 +37,8 @@ typedef enum llmt_ckpt_tier {
     LLMT_CKPT_FAST = 1     /* the fast directory (tmpfs), not synced */
 } llmt_ckpt_tier;
 
-#define LLMT_CKPT_STORE_CONFIG_VERSION 1
+/* Version 2 appended read_only; a version 1 struct is still accepted. */
+#define LLMT_CKPT_STORE_CONFIG_VERSION 2
 
 typedef struct llmt_ckpt_store_config {
     uint32_t version;     /* LLMT_CKPT_STORE_CONFIG_VERSION */
@@ -45,28 +46,43 @@ typedef struct llmt_ckpt_store_config {
     int32_t sync;         /* 1: fsync files and directories (durable tier): 1 */
     const char *fast_dir; /* the fast tier's directory, or NULL for none */
     int32_t fast_keep;    /* newest kept in the fast tier: 2 */
+    int32_t read_only;    /* 1: open for reading only (no lock, no cleaning,
+                             saves refused); the directories must exist: 0 */
 } llmt_ckpt_store_config;
 
-#define LLMT_CKPT_STORE_CONFIG_INIT {LLMT_CKPT_STORE_CONFIG_VERSION, 5, 1, 0, 2}
+#define LLMT_CKPT_STORE_CONFIG_INIT {LLMT_CKPT_STORE_CONFIG_VERSION, 5, 1, 0, 2, 0}
 
 /* Fills cfg with the defaults of LLMT_CKPT_STORE_CONFIG_INIT. */
 LLMT_API void llmt_ckpt_store_config_init(llmt_ckpt_store_config *cfg);
 
 /* Opens (creating if needed) the durable directory dir and the fast one,
- * locks each, and removes what an interrupted save left (step-*.tmp-*
- * directories; what cannot be removed, as in a read-only store, is left and
- * ignored). cfg NULL means LLMT_CKPT_STORE_CONFIG_INIT (no fast tier).
+ * locks each, and finishes what an interrupted save left (step-*.tmp-*
+ * directories are removed, a step-N.old-* one is put back when step-N is
+ * missing). Leftovers that cannot be removed or put back because the store
+ * is read-only (EROFS, EACCES, EPERM) are left, and llmt_ckpt_latest notes
+ * them; any other failure fails the open naming the entry. cfg NULL means
+ * LLMT_CKPT_STORE_CONFIG_INIT (no fast tier).
  *
- * Lock: an exclusive flock(2) on the file llmt.lock in each directory, with
- * this process's pid written in it, held until llmt_ckpt_store_free. A second
- * store on the same directory, in another process or in this one, fails at
- * once with LLMT_EBUSY naming the holder's pid. A directory this process
- * cannot write is opened for reading (listing, verifying, loading); saving
- * into it then fails with LLMT_EIO saying why.
+ * Lock: a writing store takes an exclusive flock(2) on the file llmt.lock in
+ * each directory, with this process's pid written in it, held until
+ * llmt_ckpt_store_free. A second writing store on the same directory, in
+ * another process or in this one, fails at once with LLMT_EBUSY naming the
+ * holder's pid. A child made by fork(2) closes its copies of the lock as it
+ * starts, before fork returns in it (its copy of the store can still list
+ * and load, but not save), so the lock ends with the parent's store.
+ *
+ * Reading: with cfg->read_only, or when this process cannot write a
+ * directory, that tier is opened for reading only (listing, verifying,
+ * loading): it takes no lock, so any number of readers may open a store
+ * beside the process training into it, and nothing is cleaned or written;
+ * saving fails with LLMT_EIO saying why. A checkpoint that the writer
+ * rotates away while a reader loads it fails that load (never loads wrong
+ * bytes). A read_only store does not create directories: a missing one is
+ * LLMT_ENOTFOUND.
  *
  * The store borrows ctx (for the STAGING buffer of async saves), which must
- * outlive it. Errors: LLMT_EINVAL, LLMT_EVERSION, LLMT_EBUSY, LLMT_EIO naming
- * the directory. */
+ * outlive it. Errors: LLMT_EINVAL, LLMT_EVERSION, LLMT_EBUSY, LLMT_ENOTFOUND,
+ * LLMT_EIO naming the directory. */
 LLMT_API int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *dir,
                                   const llmt_ckpt_store_config *cfg);
 
@@ -121,21 +137,42 @@ LLMT_API int llmt_ckpt_wait(llmt_ckpt_store *store);
 LLMT_API int llmt_ckpt_list(llmt_ckpt_store *store, int32_t tier, int64_t *steps, size_t cap,
                             size_t *count);
 
-/* Checks checkpoint step of tier completely: the manifest parses and its own
- * checksum holds, every listed file exists with the listed size and XXH3-64,
- * no other file is present. LLMT_ECORRUPT (or LLMT_EIO) naming the file. */
+/* Checks checkpoint step of tier completely: the manifest parses, its own
+ * checksum holds and it names step, every listed file exists with the listed
+ * size and XXH3-64, no other file is present. LLMT_ECORRUPT naming the file
+ * for damage (a missing file included); LLMT_EIO (a read that failed) or
+ * LLMT_ENOMEM when the check could not be made, which says nothing of the
+ * checkpoint. */
 LLMT_API int llmt_ckpt_verify(llmt_ckpt_store *store, int64_t step, int32_t tier);
 
 /* The newest checkpoint over both tiers that verifies (the higher step; the
- * durable one when both tiers hold it). Checkpoints passed over, and
- * entries named like checkpoints that are not directories (ignored), are
- * described, one line each with the reason, in notes (a caller buffer of
- * notes_cap bytes, NUL-terminated, may be NULL with notes_cap 0).
+ * durable one when both tiers hold it). Checkpoints passed over, entries
+ * named like checkpoints that are not directories (ignored), and
+ * step-N.old-* directories left by an interrupted save that could not be put
+ * back, are described, one line each with the reason, in notes (a caller
+ * buffer of notes_cap bytes, NUL-terminated, may be NULL with notes_cap 0).
+ * Only damage (LLMT_ECORRUPT from llmt_ckpt_verify) passes a checkpoint
+ * over: any other failure to check one (LLMT_EIO, LLMT_ENOMEM) stops the
+ * search and is returned, since the checkpoint may well be good. The
+ * checkpoints passed over are remembered: rotation neither counts them
+ * toward keep nor deletes them (see llmt_ckpt_set_aside_invalid).
  * LLMT_ENOTFOUND when the store holds no checkpoint (a fresh start);
  * LLMT_ECORRUPT when it holds checkpoints and none verifies, the message
  * naming every one refused and why. */
 LLMT_API int llmt_ckpt_latest(llmt_ckpt_store *store, int64_t *step, int32_t *tier, char *notes,
                               size_t notes_cap);
+
+/* Verifies every checkpoint of both tiers and renames each damaged one
+ * (LLMT_ECORRUPT) to step-N.refused-<seconds since the epoch>, a name no
+ * listing takes for a checkpoint and rotation never deletes: what
+ * llmt-train --start-over does before training from step 0 over them. Valid
+ * checkpoints stay. *count (may be NULL) receives how many were set aside;
+ * notes (may be NULL with notes_cap 0) one line per checkpoint set aside,
+ * with the reason. Any other failure to verify (LLMT_EIO, LLMT_ENOMEM) stops
+ * it before renaming that one. Errors: LLMT_EINVAL, LLMT_EIO (a read-only
+ * tier, a failed rename, naming the path). */
+LLMT_API int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *store, size_t *count, char *notes,
+                                         size_t notes_cap);
 
 /* Loads checkpoint step of tier into the objects of state (which must match
  * what was saved: the model's configuration and precision, an optimizer and

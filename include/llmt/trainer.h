@@ -158,13 +158,17 @@ LLMT_API int llmt_trainer_run(llmt_trainer *tr, int64_t steps);
  * resumed from, or -1 when the store holds no checkpoint (a fresh start,
  * LLMT_OK). When it holds checkpoints none of which verifies: LLMT_ECORRUPT,
  * the message naming each one and why it was refused, and nothing is
- * loaded (to start over anyway, do not resume: saves replace them). */
+ * loaded (to start over anyway, llmt_ckpt_set_aside_invalid moves them
+ * aside first). A checkpoint that could not be checked (LLMT_EIO,
+ * LLMT_ENOMEM) stops the search with that status: it may be good. */
 LLMT_API int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step);
 
-/* Saves a checkpoint of the current state now, synchronously, in tier. When
- * this trainer already committed (or resumed from) the current step in that
- * tier, nothing is written and LLMT_OK returned (after any async save in
- * flight finishes, whose error it returns). */
+/* Saves a checkpoint of the current state now, synchronously, in tier.
+ * First waits for an async save in flight and returns its error, if it
+ * failed and no earlier call reported it. When the store committed the
+ * current step in that tier (a save that finished, or the checkpoint
+ * resumed from), nothing is written and LLMT_OK returned; a save that was
+ * started but failed does not count. */
 LLMT_API int llmt_trainer_save(llmt_trainer *tr, int32_t tier);
 
 /* The held-out loss over eval_batches batches of the eval loader (from its

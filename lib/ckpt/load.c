@@ -300,6 +300,8 @@ int llmt_ckpt_load(llmt_ckpt_store *s, int64_t step, int32_t tier, llmt_train_st
         rc = restore_state(&mf, state);
     if (rc)
         llmt_fail_prefix(rc, "checkpoint %s (%s)", name, tier ? "fast" : "durable");
+    else
+        s->committed[tier] = step; /* every byte checked: what a save need not repeat */
     free(dir);
     llmt_manifest_clear(&mf);
     return rc;

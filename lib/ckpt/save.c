@@ -290,14 +290,20 @@ static int write_files(const char *tmp, ckpt_snapshot *snap, int sync)
     return !rc && sync ? llmt_sync_dir(tmp) : rc;
 }
 
-/* Deletes the oldest checkpoints of tier beyond keep, never `protect`. A
- * victim is first renamed to a temporary name, so a crash part-way leaves
- * something the next open removes rather than a damaged checkpoint. */
+/* Deletes the oldest checkpoints of tier beyond keep, never `protect`.
+ * Checkpoints llmt_ckpt_latest refused are neither counted nor deleted: a
+ * damaged one must not crowd out a valid one. A victim is first renamed to
+ * a temporary name, so a crash part-way leaves something the next open
+ * removes rather than a damaged checkpoint. */
 static int rotate(const llmt_ckpt_store *s, int tier, int64_t protect)
 {
-    size_t n = 0;
+    size_t n = 0, kept = 0;
     int64_t *steps = NULL;
     int rc = llmt_ckpt_scan(s, tier, &steps, &n, NULL, 0);
+    for (size_t i = 0; !rc && i < n; i++) /* the candidates, in place */
+        if (!llmt_ckpt_is_refused(s, tier, steps[i]))
+            steps[kept++] = steps[i];
+    n = rc ? 0 : kept;
     for (size_t i = 0; !rc && n - i > (size_t)s->keep[tier]; i++) {
         if (steps[i] == protect)
             continue;
@@ -358,6 +364,8 @@ int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
     } else {
         if (old)
             llmt_remove_tree(old);
+        s->committed[tier] = step;
+        llmt_ckpt_forget_refused(s, tier, step); /* replaced by a valid one */
         rc = rotate(s, tier, step);
     }
     free(tmp);

@@ -2,14 +2,15 @@
  * running saves (synchronously or on the store's thread). */
 #include <dirent.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "util/fsutil.h"
+#include "ckpt/check.h"
 #include "ckpt/store_internal.h"
 #include "core/error.h"
 
@@ -39,24 +40,19 @@ char *llmt_ckpt_file(const llmt_ckpt_store *s, int tier, int64_t step, const cha
     return p;
 }
 
-/* The step of a committed checkpoint's name, or -1: exactly the name
- * llmt_ckpt_dirname gives that step ("step-35" is not one). */
-static int64_t step_of(const char *name)
+/* Whether errno says the store cannot be changed (a read-only file system
+ * or directory): a leftover is then left where it is. */
+static int read_only_errno(int err)
 {
-    if (strncmp(name, "step-", 5) != 0 || !name[5] || strspn(name + 5, "0123456789") != strlen(name + 5) ||
-        strlen(name + 5) > 18)
-        return -1;
-    int64_t step = strtoll(name + 5, NULL, 10);
-    char canonical[64];
-    llmt_ckpt_dirname(canonical, sizeof canonical, step);
-    return strcmp(name, canonical) == 0 ? step : -1;
+    return err == EROFS || err == EACCES || err == EPERM;
 }
 
 /* Finishes what interrupted saves left in dir: temporary directories are
  * removed; a checkpoint moved aside to be replaced is put back when its
- * replacement never arrived, else removed. What cannot be removed or put
- * back (a read-only store) is left as it is: no such name is ever taken for
- * a checkpoint, so reading the store does not need it gone. */
+ * replacement never arrived, else removed. What the store's permissions
+ * keep in place is left (no such name is taken for a checkpoint, and
+ * llmt_ckpt_latest notes a step-N.old-* left); any other failure is an
+ * error naming the entry, lest a checkpoint go silently missing. */
 static int clean_dir(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -79,15 +75,41 @@ static int clean_dir(const char *dir)
         snprintf(path, n, "%s/%s", dir, e->d_name);
         snprintf(final, n, "%s/%.*s", dir, (int)((tmp ? tmp : old) - e->d_name), e->d_name);
         struct stat st;
-        if (old && stat(final, &st) != 0)
-            (void)rename(path, final);
-        else
-            (void)llmt_remove_tree(path);
+        /* An old one is removed only once its replacement is in place. */
+        if (old && !(lstat(final, &st) == 0 && S_ISDIR(st.st_mode))) {
+            if (rename(path, final) != 0 && !read_only_errno(errno))
+                rc = llmt_fail(LLMT_EIO, "%s: cannot put back as %s (an interrupted save moved "
+                               "it aside): %s", path, final, strerror(errno));
+        } else if (llmt_remove_tree(path) != LLMT_OK) {
+            int err = errno; /* of the unlink or rmdir that failed */
+            if (!read_only_errno(err))
+                rc = llmt_fail_prefix(LLMT_EIO, "%s: a leftover of an interrupted save", dir);
+        }
         free(path);
         free(final);
     }
     closedir(d);
     return rc;
+}
+
+/* Opens tier t of a store: created, locked and cleaned, or, read-only,
+ * found as it is. */
+static int open_tier(llmt_ckpt_store *s, int t, int read_only)
+{
+    struct stat st;
+    if (read_only) {
+        snprintf(s->read_only[t], sizeof s->read_only[t], "opened with read_only");
+        if (stat(s->dir[t], &st) != 0)
+            return llmt_fail(errno == ENOENT ? LLMT_ENOTFOUND : LLMT_EIO, "%s: cannot open for "
+                             "reading: %s", s->dir[t], strerror(errno));
+        return S_ISDIR(st.st_mode) ? LLMT_OK
+                                   : llmt_fail(LLMT_EIO, "%s: not a directory", s->dir[t]);
+    }
+    LLMT_TRY(llmt_mkdirs(s->dir[t]));
+    LLMT_TRY(llmt_ckpt_lock(s, t));
+    /* Locked before cleaning: what another process's save left in progress
+     * is its own. A reader does not clean: a writer may be saving. */
+    return s->read_only[t][0] ? LLMT_OK : clean_dir(s->dir[t]);
 }
 
 int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *dir,
@@ -102,12 +124,15 @@ int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *d
     const llmt_ckpt_store_config defaults = LLMT_CKPT_STORE_CONFIG_INIT;
     if (!cfg)
         cfg = &defaults;
-    if (cfg->version != LLMT_CKPT_STORE_CONFIG_VERSION)
-        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
+    if (cfg->version < 1 || cfg->version > LLMT_CKPT_STORE_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows 1 to %u", fn,
                          cfg->version, LLMT_CKPT_STORE_CONFIG_VERSION);
-    if (cfg->keep < 1 || cfg->fast_keep < 1 || (cfg->sync != 0 && cfg->sync != 1))
-        return llmt_fail(LLMT_EINVAL, "%s: keep = %d, fast_keep = %d, sync = %d (keeps must be "
-                         ">= 1, sync 0 or 1)", fn, cfg->keep, cfg->fast_keep, cfg->sync);
+    int32_t read_only = cfg->version >= 2 ? cfg->read_only : 0; /* appended in version 2 */
+    if (cfg->keep < 1 || cfg->fast_keep < 1 || (cfg->sync != 0 && cfg->sync != 1) ||
+        (read_only != 0 && read_only != 1))
+        return llmt_fail(LLMT_EINVAL, "%s: keep = %d, fast_keep = %d, sync = %d, read_only = %d "
+                         "(keeps must be >= 1, sync and read_only 0 or 1)", fn, cfg->keep,
+                         cfg->fast_keep, cfg->sync, read_only);
     if (!dir[0] || (cfg->fast_dir && !cfg->fast_dir[0]))
         return llmt_fail(LLMT_EINVAL, "%s: an empty directory name", fn);
     llmt_ckpt_store *s = calloc(1, sizeof *s);
@@ -121,13 +146,13 @@ int llmt_ckpt_store_open(llmt_ckpt_store **out, llmt_context *ctx, const char *d
     s->sync[LLMT_CKPT_DURABLE] = cfg->sync;
     s->sync[LLMT_CKPT_FAST] = 0; /* tmpfs: nothing to sync to */
     s->lock_fd[0] = s->lock_fd[1] = -1;
+    s->committed[0] = s->committed[1] = -1;
+    llmt_ckpt_track(s, 1);
     int rc = s->dir[0] && (!cfg->fast_dir || s->dir[1]) ? LLMT_OK
                                                         : llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
-    /* Locked before cleaning: what another process's save left in progress
-     * is its own. */
     for (int t = 0; t < 2 && !rc; t++)
-        if (s->dir[t] && !(rc = llmt_mkdirs(s->dir[t])) && !(rc = llmt_ckpt_lock(s, t)))
-            rc = clean_dir(s->dir[t]);
+        if (s->dir[t])
+            rc = open_tier(s, t, read_only);
     if (rc) {
         llmt_ckpt_store_free(s);
         return rc;
@@ -141,10 +166,13 @@ void llmt_ckpt_store_free(llmt_ckpt_store *s)
     if (!s)
         return;
     llmt_ckpt_join(s);
+    llmt_ckpt_track(s, 0);
     llmt_ckpt_unlock(s);
     llmt_buf_free(s->ctx, &s->staging);
     free(s->dir[0]);
     free(s->dir[1]);
+    free(s->refused[0]);
+    free(s->refused[1]);
     free(s);
 }
 
@@ -270,7 +298,12 @@ int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *
     int rc = LLMT_OK;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int64_t step = step_of(e->d_name);
+        int64_t step = llmt_ckpt_step_of(e->d_name);
+        const char *old = strstr(e->d_name, ".old-");
+        if (step < 0 && old && strncmp(e->d_name, "step-", 5) == 0)
+            note(ignored, cap, "%s/%s (%s): moved aside by a save that was interrupted or is in "
+                 "progress, and not put back (rename it to %.*s to use it)\n", s->dir[tier],
+                 e->d_name, tier_names[tier], (int)(old - e->d_name), e->d_name);
         if (step < 0)
             continue;
         /* Only a directory is a checkpoint; a stray file of that name is
@@ -337,72 +370,33 @@ int llmt_ckpt_list(llmt_ckpt_store *s, int32_t tier, int64_t *steps, size_t cap,
     return LLMT_OK;
 }
 
-int llmt_ckpt_read_manifest(const llmt_ckpt_store *s, int64_t step, int tier, llmt_manifest *m)
+/* "checkpoint step-N (tier)", the label of a checkpoint's messages. */
+static void label_of(char *buf, size_t cap, int64_t step, int tier)
 {
-    memset(m, 0, sizeof *m); /* clearable even when the file cannot be read */
     char name[64];
     llmt_ckpt_dirname(name, sizeof name, step);
-    char *path = llmt_ckpt_file(s, tier, step, CKPT_MANIFEST_FILE);
-    char *text = NULL;
-    size_t len = 0;
-    int rc = path ? llmt_read_file(path, LLMT_MANIFEST_MAX_BYTES, &text, &len)
-                  : llmt_fail(LLMT_ENOMEM, "out of memory");
-    if (!rc)
-        rc = llmt_manifest_parse(text, len, m);
-    if (!rc && m->step != step)
-        rc = llmt_fail(LLMT_ECORRUPT, "manifest says step %lld", (long long)m->step);
-    if (rc) { /* a checkpoint without a readable manifest is damaged */
-        rc = rc == LLMT_EIO ? LLMT_ECORRUPT : rc;
-        llmt_manifest_clear(m);
-        llmt_fail_prefix(rc, "checkpoint %s (%s): file %s", name, tier_names[tier], CKPT_MANIFEST_FILE);
-    }
-    free(path);
-    free(text);
+    snprintf(buf, cap, "checkpoint %s (%s)", name, tier_names[tier]);
+}
+
+int llmt_ckpt_read_manifest(const llmt_ckpt_store *s, int64_t step, int tier, llmt_manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    char label[128], *dir = llmt_ckpt_file(s, tier, step, NULL);
+    label_of(label, sizeof label, step, tier);
+    int rc = dir ? llmt_ckpt_read_manifest_at(dir, label, step, m)
+                 : llmt_fail(LLMT_ENOMEM, "%s: out of memory", label);
+    free(dir);
     return rc;
 }
 
 /* Verifies a checkpoint (files, sizes, checksums, nothing extra). */
 static int verify(const llmt_ckpt_store *s, int64_t step, int tier)
 {
-    llmt_manifest m;
-    int rc = llmt_ckpt_read_manifest(s, step, tier, &m);
-    if (rc)
-        return rc;
-    char name[64];
-    llmt_ckpt_dirname(name, sizeof name, step);
-    if (!llmt_manifest_find(&m, CKPT_MODEL_FILE))
-        rc = llmt_fail(LLMT_ECORRUPT, "checkpoint %s (%s): file %s: not listed in the manifest",
-                       name, tier_names[tier], CKPT_MODEL_FILE);
-    for (int i = 0; i < m.n_files && !rc; i++) {
-        char *path = llmt_ckpt_file(s, tier, step, m.files[i].name);
-        uint64_t size = 0, xxh3 = 0;
-        rc = path ? llmt_hash_file(path, &size, &xxh3) : llmt_fail(LLMT_ENOMEM, "out of memory");
-        if (!rc && size != m.files[i].bytes)
-            rc = llmt_fail(LLMT_ECORRUPT, "size %llu, the manifest says %llu",
-                           (unsigned long long)size, (unsigned long long)m.files[i].bytes);
-        else if (!rc && xxh3 != m.files[i].xxh3)
-            rc = llmt_fail(LLMT_ECORRUPT, "checksum mismatch (XXH3-64 %016" PRIx64
-                           ", the manifest says %016" PRIx64 ")", xxh3, m.files[i].xxh3);
-        if (rc) { /* a missing or unreadable file is damage too */
-            rc = rc == LLMT_EIO ? LLMT_ECORRUPT : rc;
-            llmt_fail_prefix(rc, "checkpoint %s (%s): file %s", name, tier_names[tier],
-                             m.files[i].name);
-        }
-        free(path);
-    }
-    /* Nothing but the listed files and the manifest may be present. */
-    char *dir = rc ? NULL : llmt_ckpt_file(s, tier, step, NULL);
-    DIR *d = dir ? opendir(dir) : NULL;
-    struct dirent *e;
-    while (d && !rc && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-            strcmp(e->d_name, CKPT_MANIFEST_FILE) && !llmt_manifest_find(&m, e->d_name))
-            rc = llmt_fail(LLMT_ECORRUPT, "checkpoint %s (%s): file %s: not listed in the manifest",
-                           name, tier_names[tier], e->d_name);
-    if (d)
-        closedir(d);
+    char label[128], *dir = llmt_ckpt_file(s, tier, step, NULL);
+    label_of(label, sizeof label, step, tier);
+    int rc = dir ? llmt_ckpt_check_dir(dir, label, step, 1, NULL)
+                 : llmt_fail(LLMT_ENOMEM, "%s: out of memory", label);
     free(dir);
-    llmt_manifest_clear(&m);
     return rc;
 }
 
@@ -413,6 +407,42 @@ int llmt_ckpt_verify(llmt_ckpt_store *s, int64_t step, int32_t tier)
                                                                  : "no such tier or a negative step");
     int rc = llmt_ckpt_join(s);
     return rc ? rc : verify(s, step, tier);
+}
+
+int llmt_ckpt_is_refused(const llmt_ckpt_store *s, int tier, int64_t step)
+{
+    for (size_t k = 0; k < s->n_refused[tier]; k++)
+        if (s->refused[tier][k] == step)
+            return 1;
+    return 0;
+}
+
+int64_t llmt_ckpt_committed(const llmt_ckpt_store *s, int tier)
+{
+    return s->committed[tier];
+}
+
+void llmt_ckpt_forget_refused(llmt_ckpt_store *s, int tier, int64_t step)
+{
+    for (size_t k = 0; k < s->n_refused[tier]; k++)
+        if (s->refused[tier][k] == step) {
+            s->refused[tier][k] = s->refused[tier][s->n_refused[tier] - 1];
+            s->n_refused[tier]--;
+            return;
+        }
+}
+
+/* Remembers that checkpoint step of tier is damaged. */
+static int refuse(llmt_ckpt_store *s, int tier, int64_t step)
+{
+    if (llmt_ckpt_is_refused(s, tier, step))
+        return LLMT_OK;
+    int64_t *grown = realloc(s->refused[tier], (s->n_refused[tier] + 1) * sizeof *grown);
+    if (!grown)
+        return llmt_fail(LLMT_ENOMEM, "llmt_ckpt_latest: out of memory");
+    s->refused[tier] = grown;
+    grown[s->n_refused[tier]++] = step;
+    return LLMT_OK;
 }
 
 int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *notes,
@@ -435,22 +465,28 @@ int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *not
      * kept (refused, "; "-separated) for the error when none verifies. */
     char refused[3072] = "";
     size_t i[2] = {n[0], n[1]};
-    while (!rc && (i[0] || i[1])) {
+    int found = 0;
+    while (!rc && !found && (i[0] || i[1])) {
         int t = !i[0] ? 1 : !i[1] ? 0 : steps[1][i[1] - 1] > steps[0][i[0] - 1] ? 1 : 0;
         int64_t cand = steps[t][--i[t]];
-        if (verify(s, cand, t) == LLMT_OK) {
+        int v = verify(s, cand, t);
+        if (v == LLMT_OK) {
             *step = cand;
             *tier = t;
-            free(steps[0]);
-            free(steps[1]);
-            return LLMT_OK;
+            found = 1;
+        } else if (v != LLMT_ECORRUPT) { /* could not check it: it may be good */
+            rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
+        } else {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", llmt_error_last());
+            note(notes, notes_cap, "%s\n", why);
+            note(refused, sizeof refused, "%s%s", refused[0] ? "; " : "", why);
+            rc = refuse(s, t, cand);
         }
-        note(notes, notes_cap, "%s\n", llmt_error_last());
-        note(refused, sizeof refused, "%s%s", refused[0] ? "; " : "", llmt_error_last());
     }
     free(steps[0]);
     free(steps[1]);
-    if (rc)
+    if (rc || found)
         return rc;
     const char *dirs[2] = {s->dir[0], s->dir[1] ? s->dir[1] : ""};
     if (!n[0] && !n[1]) /* an empty store: a fresh start */
@@ -458,6 +494,65 @@ int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *not
                          s->dir[1] ? " or " : "", dirs[1]);
     return llmt_fail(LLMT_ECORRUPT, "%s: none of the %zu checkpoints in %s%s%s verifies: %s", fn,
                      n[0] + n[1], dirs[0], s->dir[1] ? " or " : "", dirs[1], refused);
+}
+
+/* Renames damaged checkpoint step of tier to step-N.refused-<time>. */
+static int set_aside(llmt_ckpt_store *s, int tier, int64_t step)
+{
+    char *from = llmt_ckpt_file(s, tier, step, NULL);
+    size_t n = from ? strlen(from) + 40 : 0;
+    char *to = from ? malloc(n) : NULL;
+    int rc = LLMT_OK;
+    if (!to)
+        rc = llmt_fail(LLMT_ENOMEM, "llmt_ckpt_set_aside_invalid: out of memory");
+    else
+        snprintf(to, n, "%s.refused-%lld", from, (long long)time(NULL));
+    if (!rc && rename(from, to) != 0)
+        rc = llmt_fail(LLMT_EIO, "%s: cannot rename to %s: %s", from, to, strerror(errno));
+    if (!rc && s->sync[tier])
+        rc = llmt_sync_dir(s->dir[tier]);
+    if (!rc && s->committed[tier] == step)
+        s->committed[tier] = -1;
+    if (!rc)
+        llmt_ckpt_forget_refused(s, tier, step); /* gone: no longer in the way */
+    free(from);
+    free(to);
+    return rc;
+}
+
+int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *s, size_t *count, char *notes, size_t notes_cap)
+{
+    const char *fn = "llmt_ckpt_set_aside_invalid";
+    if (!s || (notes_cap && !notes))
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, s ? "notes" : "store");
+    if (count)
+        *count = 0;
+    if (notes_cap)
+        notes[0] = '\0';
+    for (int t = 0; t < 2; t++)
+        if (s->dir[t] && s->read_only[t][0])
+            return llmt_fail(LLMT_EIO, "%s: %s is read-only (%s): nothing can be set aside", fn,
+                             s->dir[t], s->read_only[t]);
+    LLMT_TRY(llmt_ckpt_join(s));
+    int rc = LLMT_OK;
+    for (int t = 0; t < 2 && !rc; t++) {
+        int64_t *steps = NULL;
+        size_t n = 0;
+        rc = s->dir[t] ? llmt_ckpt_scan(s, t, &steps, &n, NULL, 0) : LLMT_OK;
+        for (size_t k = 0; k < n && !rc; k++) {
+            int v = verify(s, steps[k], t);
+            if (v == LLMT_ECORRUPT) {
+                note(notes, notes_cap, "%s: set aside\n", llmt_error_last());
+                rc = set_aside(s, t, steps[k]);
+                if (!rc && count)
+                    (*count)++;
+            } else if (v) {
+                rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
+            }
+        }
+        free(steps);
+    }
+    return rc;
 }
 
 int llmt_ckpt_path(const llmt_ckpt_store *s, int64_t step, int32_t tier, char *out, size_t cap,

@@ -38,11 +38,22 @@ struct llmt_ckpt_store {
     char *dir[2];
     int keep[2];
     int sync[2];
-    /* The flock'ed lock file of each tier (-1: none), held until free. */
+    /* The flock'ed lock file of each tier (-1: none), held until free; a
+     * fork child closes its copies (lock.c). */
     int lock_fd[2];
-    /* Why a tier cannot be saved into ("" when it can): its directory is not
-     * writable, so it was opened for reading only. */
+    /* Why a tier cannot be saved into ("" when it can): the store was opened
+     * read_only, or its directory is not writable, or this is a fork child's
+     * copy. Such a tier is neither locked nor cleaned. */
     char read_only[2][256];
+    /* Per tier, the step this store last committed or loaded (-1: none).
+     * Written by the save thread, read after a join. */
+    int64_t committed[2];
+    /* Per tier, the steps llmt_ckpt_latest found damaged (ascending,
+     * malloc'ed): rotation neither counts nor deletes them. */
+    int64_t *refused[2];
+    size_t n_refused[2];
+    /* The list of open stores a fork child walks (lock.c). */
+    struct llmt_ckpt_store *next_open;
 
     /* The async save: at most one in flight. */
     pthread_t thread;
@@ -70,7 +81,7 @@ void llmt_ckpt_dirname(char *buf, size_t cap, int64_t step);
 char *llmt_ckpt_file(const llmt_ckpt_store *s, int tier, int64_t step, const char *name);
 
 /* Reads and parses the manifest of checkpoint step of tier (its checksum
- * included); messages name the checkpoint. */
+ * included; llmt_ckpt_read_manifest_at); messages name the checkpoint. */
 int llmt_ckpt_read_manifest(const llmt_ckpt_store *s, int64_t step, int tier, llmt_manifest *m);
 
 /* The committed steps of a tier (directories named step-N), ascending,
@@ -83,11 +94,25 @@ int llmt_ckpt_scan(const llmt_ckpt_store *s, int tier, int64_t **steps, size_t *
 /* Takes tier's lock (an exclusive flock on CKPT_LOCK_FILE in its
  * directory, the pid written in it) or fails with LLMT_EBUSY naming the
  * holder's pid. A directory that cannot be written is opened read-only
- * (s->read_only[tier] says why; saves there are refused). */
+ * instead, unlocked (s->read_only[tier] says why; saves there are refused). */
 int llmt_ckpt_lock(llmt_ckpt_store *s, int tier);
 
 /* Releases the locks taken by llmt_ckpt_lock. */
 void llmt_ckpt_unlock(llmt_ckpt_store *s);
+
+/* Adds s to (or removes it from) the open stores whose lock descriptors a
+ * fork child closes. */
+void llmt_ckpt_track(llmt_ckpt_store *s, int open);
+
+/* Whether step of tier is one llmt_ckpt_latest refused. */
+int llmt_ckpt_is_refused(const llmt_ckpt_store *s, int tier, int64_t step);
+
+/* Forgets that step of tier was refused (it was replaced or set aside). */
+void llmt_ckpt_forget_refused(llmt_ckpt_store *s, int tier, int64_t step);
+
+/* The step this store last committed (or loaded) in tier, -1 for none:
+ * what the trainer need not save again. Call after a join. */
+int64_t llmt_ckpt_committed(const llmt_ckpt_store *s, int tier);
 
 /* Joins an async save in flight; returns and clears its status, re-raising
  * its message on this thread. */

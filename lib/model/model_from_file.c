@@ -3,18 +3,16 @@
  * checkpoints write it), or a checkpoint directory (its MANIFEST holds the
  * configuration and the checksum of model.safetensors). */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ckpt/manifest.h"
+#include "ckpt/check.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/store_internal.h"
 #include "core/error.h"
 #include "model/config_json.h"
-#include "util/fsutil.h"
 
 /* The metadata key holding the model configuration as JSON (as model_io.c). */
 #define CONFIG_KEY "llmt.model_config"
@@ -45,40 +43,23 @@ static int config_of_file(const char *path, llmt_model_config *cfg)
 }
 
 /* The configuration in a checkpoint directory's MANIFEST, and the path of
- * its model.safetensors (malloc'ed) once that file's size and XXH3-64 match
+ * its model.safetensors (malloc'ed) once the directory passes the store's
+ * own check of that file (llmt_ckpt_check_dir): the manifest names the
+ * directory's step when its name is a checkpoint's, and the weights match
  * the manifest. */
 static int config_of_checkpoint(const char *dir, llmt_model_config *cfg, char **weights)
 {
-    size_t n = strlen(dir) + sizeof CKPT_OPTIMIZER_FILE + 2; /* the longest name */
-    char *manifest_path = malloc(n), *text = NULL;
-    *weights = malloc(n);
-    if (!manifest_path || !*weights) {
-        free(manifest_path);
+    size_t n = strlen(dir) + sizeof CKPT_MODEL_FILE + 1;
+    if (!(*weights = malloc(n)))
         return llmt_fail(LLMT_ENOMEM, "%s: out of memory", dir);
-    }
-    snprintf(manifest_path, n, "%s/%s", dir, CKPT_MANIFEST_FILE);
     snprintf(*weights, n, "%s/%s", dir, CKPT_MODEL_FILE);
-    size_t len = 0;
+    char label[4200];
+    snprintf(label, sizeof label, "checkpoint %s", dir);
     llmt_manifest m;
-    memset(&m, 0, sizeof m);
-    int rc = llmt_read_file(manifest_path, LLMT_MANIFEST_MAX_BYTES, &text, &len);
-    if (!rc && (rc = llmt_manifest_parse(text, len, &m)) != LLMT_OK)
-        llmt_fail_prefix(rc, "%s", manifest_path);
-    const llmt_manifest_file *entry = rc ? NULL : llmt_manifest_find(&m, CKPT_MODEL_FILE);
-    if (!rc && !entry)
-        rc = llmt_fail(LLMT_ECORRUPT, "%s: %s is not listed", manifest_path, CKPT_MODEL_FILE);
-    uint64_t size = 0, xxh3 = 0;
-    if (!rc)
-        rc = llmt_hash_file(*weights, &size, &xxh3);
-    if (!rc && (size != entry->bytes || xxh3 != entry->xxh3))
-        rc = llmt_fail(LLMT_ECORRUPT, "%s: size %" PRIu64 " and XXH3-64 %016" PRIx64 ", the "
-                       "manifest says %" PRIu64 " and %016" PRIx64, *weights, size, xxh3,
-                       entry->bytes, entry->xxh3);
+    int rc = llmt_ckpt_check_dir(dir, label, llmt_ckpt_step_of(dir), 0, &m);
     if (!rc)
         *cfg = m.model;
     llmt_manifest_clear(&m);
-    free(text);
-    free(manifest_path);
     return rc;
 }
 

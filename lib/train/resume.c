@@ -76,7 +76,6 @@ int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
     LLMT_TRY(restore_blob(tr, blob, blob_len));
     tr->step = st.step;
     tr->tokens_seen = st.tokens_seen;
-    tr->saved_step[tier] = found;
     llmt_trainer_log(tr, "resume", "resumed from step %lld (%s tier)", (long long)found,
                      tier ? "fast" : "durable");
     *step = found;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt/store_internal.h"
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "data/loader_internal.h"
@@ -109,7 +110,6 @@ int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
     tr->parts = *parts;
     tr->cfg = *cfg;
     tr->ctx = parts->model->ctx;
-    tr->saved_step[0] = tr->saved_step[1] = -1;
     size_t n = (size_t)cfg->batch_size * (size_t)cfg->seq_len;
     tr->tokens = malloc(n * sizeof *tr->tokens);
     tr->targets = malloc(n * sizeof *tr->targets);
@@ -264,8 +264,6 @@ static int save_tier(llmt_trainer *tr, int32_t tier, int async)
         rc = llmt_ckpt_save(tr->parts.store, &st, tier);
     }
     /* An async save's own failure is reported by the store's next call. */
-    if (!rc)
-        tr->saved_step[tier] = tr->step;
     return rc;
 }
 
@@ -276,8 +274,12 @@ int llmt_trainer_save(llmt_trainer *tr, int32_t tier)
                                                                   : "tr is NULL");
     if (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST)
         return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: tier = %d is not a tier", tier);
-    if (tr->saved_step[tier] == tr->step) /* already committed there, by this trainer */
-        return llmt_ckpt_wait(tr->parts.store);
+    /* A failed async save is reported here (once, by whichever call joins
+     * it); then the store knows what it committed: only a step committed in
+     * this tier (or loaded from it) is not saved again. */
+    LLMT_TRY(llmt_ckpt_wait(tr->parts.store));
+    if (llmt_ckpt_committed(tr->parts.store, tier) == tr->step)
+        return LLMT_OK;
     return save_tier(tr, tier, 0);
 }
 

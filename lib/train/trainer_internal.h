@@ -15,9 +15,6 @@ struct llmt_trainer {
     char *config_yaml;
 
     int64_t step, tokens_seen;
-    /* Per tier, the step this trainer last committed (or resumed from), -1
-     * for none: saving that step again is a no-op. */
-    int64_t saved_step[2];
     int32_t *tokens, *targets; /* the current batch (host) */
     llmt_loader_state eval_start;
 

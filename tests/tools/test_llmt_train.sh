@@ -4,7 +4,8 @@
 # with SIGKILL part-way and started again resumes and ends with weights and
 # optimizer state byte-identical to an uninterrupted run's. SIGTERM saves and
 # stops, and also at start-up; the lock on --out; an empty configuration on
-# the default corpus; checkpoints none of which verifies, and --start-over.
+# the default corpus; checkpoints none of which verifies, and --start-over
+# (which sets them aside); --no-resume's rule for what is a checkpoint.
 # Usage: test_llmt_train.sh LLMT_TRAIN
 set -eu
 train=$1
@@ -149,9 +150,25 @@ cmp -s "$ck/model.safetensors" "$tmp/corrupt.safetensors" || fail "the invalid c
 "$train" --config "$tmp/empty.yaml" --out "$tmp/early" --steps 3 --start-over > "$tmp/over.log" 2>&1 ||
     fail "--start-over: $(tail -5 "$tmp/over.log")"
 grep -q "starting at step 0 of 3" "$tmp/over.log" || fail "--start-over: $(head -5 "$tmp/over.log")"
+# ... having set the invalid one aside, byte for byte, under a name no scan takes.
+aside=$(ls -d "$ck".refused-* 2>/dev/null | head -1)
+[ -n "$aside" ] && cmp -s "$aside/model.safetensors" "$tmp/corrupt.safetensors" ||
+    fail "--start-over did not set the invalid checkpoint aside: $(ls "$tmp/early/checkpoints")"
+grep -q "1 invalid checkpoint set aside" "$tmp/over.log" || fail "--start-over: $(head -5 "$tmp/over.log")"
 if "$train" --config "$tmp/empty.yaml" --out "$tmp/early" --steps 3 --start-over > "$tmp/over2.log" 2>&1; then
     fail "--start-over accepted over a valid checkpoint"
 fi
 grep -q "checkpoint of step 3 in .* is valid" "$tmp/over2.log" || fail "--start-over: $(cat "$tmp/over2.log")"
+
+# --no-resume takes for a checkpoint exactly what the store does: a
+# directory step-foo is not one, step-00000007 (empty, invalid) is.
+mkdir -p "$tmp/nr/checkpoints/step-foo"
+"$train" --config "$tmp/empty.yaml" --out "$tmp/nr" --steps 1 --no-resume > "$tmp/nr.log" 2>&1 ||
+    fail "--no-resume refused over step-foo: $(tail -3 "$tmp/nr.log")"
+mkdir -p "$tmp/nr2/checkpoints/step-00000007"
+if "$train" --config "$tmp/empty.yaml" --out "$tmp/nr2" --steps 1 --no-resume > "$tmp/nr2.log" 2>&1; then
+    fail "--no-resume accepted over a checkpoint directory"
+fi
+grep -q "already has checkpoints" "$tmp/nr2.log" || fail "--no-resume: $(cat "$tmp/nr2.log")"
 
 echo "ok: learned ($final < $entropy nats); killed, resumed ($(grep -o 'resuming at step [0-9]*' "$tmp/killed2.log")), identical final state"

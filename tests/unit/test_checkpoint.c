@@ -15,48 +15,34 @@
 
 #include "llmt/llmt.h"
 #include "test_rand.h"
+#include "store_fixture.h"
 #include "train_fixture.h"
 #include "util/fsutil.h"
 
-static char root[64], data_dir[128], store_dir[128], fast_dir[128];
+static store_dirs dirs;
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(root, sizeof root, "/tmp/llmt-ckpt-XXXXXX");
-    if (!mkdtemp(root))
-        return -1;
-    snprintf(data_dir, sizeof data_dir, "%s/data", root);
-    snprintf(store_dir, sizeof store_dir, "%s/ckpt", root);
-    snprintf(fast_dir, sizeof fast_dir, "%s/fast", root);
-    mkdir(data_dir, 0755);
-    fixture_write_shards(data_dir);
-    return 0;
+    return store_dirs_create(&dirs, "ckpt");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    return llmt_remove_tree(root);
+    return store_dirs_remove(&dirs);
 }
 
 /* Empties the store directories: each test starts without checkpoints. */
 static void fresh_stores(void)
 {
-    assert_int_equal(llmt_remove_tree(store_dir), LLMT_OK);
-    assert_int_equal(llmt_remove_tree(fast_dir), LLMT_OK);
+    assert_int_equal(llmt_remove_tree(dirs.store), LLMT_OK);
+    assert_int_equal(llmt_remove_tree(dirs.fast), LLMT_OK);
 }
 
 static llmt_ckpt_store *open_store(llmt_context *ctx, int keep, int with_fast)
 {
-    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
-    sc.keep = keep;
-    sc.sync = 0; /* the tests' files need not reach the disk */
-    sc.fast_dir = with_fast ? fast_dir : NULL;
-    llmt_ckpt_store *s = NULL;
-    if (llmt_ckpt_store_open(&s, ctx, store_dir, &sc) != LLMT_OK)
-        fail_msg("store open: %s", llmt_error_last());
-    return s;
+    return store_dirs_open(&dirs, ctx, keep, with_fast);
 }
 
 /* ---- bit-exact resume */
@@ -69,7 +55,7 @@ static void run_with_resumes(int precision, const int *cuts, int n_cuts, int asy
                              unsigned char **out, size_t *out_len)
 {
     fixture f;
-    fixture_open(&f, data_dir, precision, 16);
+    fixture_open(&f, dirs.data, precision, 16);
     int done = 0;
     for (int c = 0; c < n_cuts; c++) {
         fixture_train(&f, cuts[c] - done, losses + done);
@@ -83,7 +69,7 @@ static void run_with_resumes(int precision, const int *cuts, int n_cuts, int asy
                          LLMT_OK);
         llmt_ckpt_store_free(s); /* waits for an async save */
         fixture_close(&f);
-        fixture_open(&f, data_dir, precision, 16); /* fresh objects, fresh init */
+        fixture_open(&f, dirs.data, precision, 16); /* fresh objects, fresh init */
         s = open_store(f.ctx, 10, 0);
         llmt_train_state ld = fixture_state(&f);
         if (llmt_ckpt_load(s, done, LLMT_CKPT_DURABLE, &ld, NULL, 0, NULL) != LLMT_OK)
@@ -133,7 +119,7 @@ static void test_bit_exact_resume(void **state)
 
     /* FP16 with a scale of 2^24: the first steps overflow and are skipped. */
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP16_MIXED, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP16_MIXED, 16);
     fixture_train(&f, 6, NULL);
     llmt_loss_scaler_state ss = LLMT_LOSS_SCALER_STATE_INIT;
     llmt_loss_scaler_get_state(f.scaler, &ss);
@@ -170,7 +156,7 @@ static void test_corruption_fails_closed(void **state)
     (void)state;
     fresh_stores();
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_BF16_MIXED, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_BF16_MIXED, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
     fixture_train(&f, 2, NULL);
     llmt_train_state st = fixture_state(&f);
@@ -189,10 +175,10 @@ static void test_corruption_fails_closed(void **state)
     static const char *const files[4] = {"model.safetensors", "optimizer.safetensors", "user.bin",
                                          "MANIFEST"};
     char dir3[256], path[4][320], backup[4][320];
-    snprintf(dir3, sizeof dir3, "%s/step-00000003", store_dir);
+    snprintf(dir3, sizeof dir3, "%s/step-00000003", dirs.store);
     for (int i = 0; i < 4; i++) {
         snprintf(path[i], sizeof path[i], "%s/%s", dir3, files[i]);
-        snprintf(backup[i], sizeof backup[i], "%s/pristine-%d", root, i);
+        snprintf(backup[i], sizeof backup[i], "%s/pristine-%d", dirs.root, i);
         copy_file(path[i], backup[i]);
     }
     uint64_t s_rand = 2024;
@@ -280,7 +266,7 @@ static void test_async_isolation(void **state)
     (void)state;
     fresh_stores();
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
     fixture_train(&f, 2, NULL);
     size_t len0 = 0;
@@ -300,7 +286,7 @@ static void test_async_isolation(void **state)
     assert_true(ms.current[LLMT_MEM_STAGING] >= ms.current[LLMT_MEM_PARAMS] + ms.current[LLMT_MEM_OPTIMIZER]);
 
     fixture g;
-    fixture_open(&g, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&g, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_train_state ld = fixture_state(&g);
     assert_int_equal(llmt_ckpt_load(s, 2, LLMT_CKPT_DURABLE, &ld, NULL, 0, NULL), LLMT_OK);
     g.step = ld.step;
@@ -337,7 +323,7 @@ static void test_async_isolation(void **state)
     assert_int_equal(llmt_ckpt_verify(s, 2, LLMT_CKPT_DURABLE), LLMT_OK);
     /* No temporary directory was left behind. */
     char cmd[256];
-    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c tmp > /dev/null", store_dir);
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c tmp > /dev/null", dirs.store);
     assert_int_not_equal(system(cmd), 0);
     llmt_ckpt_store_free(s);
     fixture_close(&f);
@@ -350,14 +336,14 @@ static void test_rotation_and_tiers(void **state)
     (void)state;
     fresh_stores();
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
     sc.keep = 3;
     sc.sync = 0;
-    sc.fast_dir = fast_dir;
+    sc.fast_dir = dirs.fast;
     sc.fast_keep = 1;
     llmt_ckpt_store *s = NULL;
-    assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, store_dir, &sc), LLMT_OK);
+    assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, dirs.store, &sc), LLMT_OK);
     struct rlimit old, small = {32 * 1024, 32 * 1024};
     getrlimit(RLIMIT_FSIZE, &old);
     small.rlim_max = old.rlim_max;
@@ -415,7 +401,7 @@ static void test_leftovers_and_mismatches(void **state)
     (void)state;
     fresh_stores();
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
     fixture_train(&f, 1, NULL);
     llmt_train_state st = fixture_state(&f);
@@ -424,11 +410,11 @@ static void test_leftovers_and_mismatches(void **state)
     /* What interrupted saves leave: a temporary directory, and a checkpoint
      * moved aside whose replacement never arrived. */
     char tmp[256], old[256], cmd[1024];
-    snprintf(tmp, sizeof tmp, "%s/step-00000005.tmp-abcdef", store_dir);
-    snprintf(old, sizeof old, "%s/step-00000001.old-abcdef", store_dir);
+    snprintf(tmp, sizeof tmp, "%s/step-00000005.tmp-abcdef", dirs.store);
+    snprintf(old, sizeof old, "%s/step-00000001.old-abcdef", dirs.store);
     mkdir(tmp, 0755);
     snprintf(cmd, sizeof cmd, "touch '%s/model.safetensors' && mv '%s/step-00000001' '%s'", tmp,
-             store_dir, old);
+             dirs.store, old);
     assert_int_equal(system(cmd), 0);
     s = open_store(f.ctx, 5, 0);
     assert_int_equal(file_size(tmp), -1);
@@ -436,13 +422,13 @@ static void test_leftovers_and_mismatches(void **state)
 
     /* A model of another width or precision is refused, naming the field. */
     fixture g;
-    fixture_open(&g, data_dir, LLMT_PRECISION_FP32, 32);
+    fixture_open(&g, dirs.data, LLMT_PRECISION_FP32, 32);
     llmt_train_state ld = fixture_state(&g);
     assert_int_equal(llmt_ckpt_load(s, 1, LLMT_CKPT_DURABLE, &ld, NULL, 0, NULL), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "step-00000001");
     assert_contains(llmt_error_last(), "hidden_size = 16, this model 32");
     fixture_close(&g);
-    fixture_open(&g, data_dir, LLMT_PRECISION_BF16_MIXED, 16);
+    fixture_open(&g, dirs.data, LLMT_PRECISION_BF16_MIXED, 16);
     ld = fixture_state(&g);
     assert_int_equal(llmt_ckpt_load(s, 1, LLMT_CKPT_DURABLE, &ld, NULL, 0, NULL), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "precision");
@@ -462,8 +448,8 @@ static void test_leftovers_and_mismatches(void **state)
     llmt_ckpt_store_free(s);
     llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
     sc.keep = 0;
-    assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, store_dir, &sc), LLMT_EINVAL);
-    snprintf(cmd, sizeof cmd, "%s/empty", root);
+    assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, dirs.store, &sc), LLMT_EINVAL);
+    snprintf(cmd, sizeof cmd, "%s/empty", dirs.root);
     s = NULL;
     sc.keep = 1;
     assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, cmd, &sc), LLMT_OK);
@@ -478,14 +464,14 @@ static void test_format_by_hand(void **state)
     (void)state;
     fresh_stores();
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
     fixture_train(&f, 4, NULL);
     llmt_train_state st = fixture_state(&f);
     st.config_yaml = "model:\n  hidden_size: 16\n";
     assert_int_equal(llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE), LLMT_OK);
     char path[320];
-    snprintf(path, sizeof path, "%s/step-00000004/MANIFEST", store_dir);
+    snprintf(path, sizeof path, "%s/step-00000004/MANIFEST", dirs.store);
     FILE *fp = fopen(path, "rb");
     char text[16384];
     size_t len = fread(text, 1, sizeof text - 1, fp);
@@ -506,8 +492,8 @@ static void test_format_by_hand(void **state)
     assert_contains(text, "{\"name\":\"model.safetensors\",\"bytes\":");
     /* The weights file is a plain safetensors file of the model. */
     fixture g;
-    fixture_open(&g, data_dir, LLMT_PRECISION_FP32, 16);
-    snprintf(path, sizeof path, "%s/step-00000004/model.safetensors", store_dir);
+    fixture_open(&g, dirs.data, LLMT_PRECISION_FP32, 16);
+    snprintf(path, sizeof path, "%s/step-00000004/model.safetensors", dirs.store);
     assert_int_equal(llmt_model_load_safetensors(g.model, path), LLMT_OK);
     float a[16], b[16];
     llmt_model_get_param(f.model, "model.norm.weight", a, 16);

@@ -4,14 +4,21 @@
  * second open in this process or in another fails, naming the holder's
  * pid); a stray plain file named like a checkpoint; a read-only store with a
  * leftover of an interrupted save; the trainer's final save of a step it
- * already committed. */
+ * already committed, and not of one whose async save failed; a failed read
+ * is not damage; damaged checkpoints do not crowd out valid ones in
+ * rotation and are set aside; readers beside a writer; a fork child does not
+ * keep the lock; a holder's pid written late; a checkpoint moved aside that
+ * cannot be put back. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #define _DEFAULT_SOURCE   /* setgid, setuid */
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,42 +26,27 @@
 #include "test_util.h"
 
 #include "llmt/llmt.h"
+#include "store_fixture.h"
 #include "train_fixture.h"
 #include "util/fsutil.h"
 
-static char root[64], data_dir[128], store_dir[128], fast_dir[128];
+static store_dirs dirs;
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(root, sizeof root, "/tmp/llmt-edges-XXXXXX");
-    if (!mkdtemp(root))
-        return -1;
-    snprintf(data_dir, sizeof data_dir, "%s/data", root);
-    snprintf(store_dir, sizeof store_dir, "%s/ckpt", root);
-    snprintf(fast_dir, sizeof fast_dir, "%s/fast", root);
-    mkdir(data_dir, 0755);
-    fixture_write_shards(data_dir);
-    return 0;
+    return store_dirs_create(&dirs, "edges");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    chmod(store_dir, 0755); /* the read-only test may have left it so */
-    return llmt_remove_tree(root);
+    return store_dirs_remove(&dirs);
 }
 
 static llmt_ckpt_store *open_store(llmt_context *ctx, int keep, int with_fast)
 {
-    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
-    sc.keep = keep;
-    sc.sync = 0;
-    sc.fast_dir = with_fast ? fast_dir : NULL;
-    llmt_ckpt_store *s = NULL;
-    if (llmt_ckpt_store_open(&s, ctx, store_dir, &sc) != LLMT_OK)
-        fail_msg("store open: %s", llmt_error_last());
-    return s;
+    return store_dirs_open(&dirs, ctx, keep, with_fast);
 }
 
 /* A trainer over the fixture's parts and store s (no automatic saves unless
@@ -102,7 +94,7 @@ static void test_all_damaged_is_an_error(void **state)
 {
     (void)state;
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 5, 1);
     int64_t step = 7;
     int32_t tier = 0;
@@ -118,14 +110,14 @@ static void test_all_damaged_is_an_error(void **state)
     char path[320];
     /* Three kinds of damage: a truncated manifest, a changed byte in the
      * weights, a missing optimizer file. */
-    snprintf(path, sizeof path, "%s/step-00000002/MANIFEST", store_dir);
+    snprintf(path, sizeof path, "%s/step-00000002/MANIFEST", dirs.store);
     assert_int_equal(truncate(path, 10), 0);
-    snprintf(path, sizeof path, "%s/step-00000004/model.safetensors", store_dir);
+    snprintf(path, sizeof path, "%s/step-00000004/model.safetensors", dirs.store);
     int fd = open(path, O_WRONLY);
     assert_true(fd >= 0);
     assert_int_equal(pwrite(fd, "\x7f", 1, 200), 1);
     close(fd);
-    snprintf(path, sizeof path, "%s/step-00000005/optimizer.safetensors", fast_dir);
+    snprintf(path, sizeof path, "%s/step-00000005/optimizer.safetensors", dirs.fast);
     assert_int_equal(unlink(path), 0);
 
     char notes[4096];
@@ -150,7 +142,7 @@ static void test_all_damaged_is_an_error(void **state)
     /* Starting over (no resume) in such a store: the damaged step 2 is
      * replaced by the new one, which then resumes. */
     fixture_close(&f);
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     tr = make_trainer(&f, s, 2, 2);
     assert_int_equal(llmt_trainer_run(tr, 2), LLMT_OK);
     assert_int_equal(llmt_ckpt_verify(s, 2, LLMT_CKPT_DURABLE), LLMT_OK);
@@ -161,8 +153,8 @@ static void test_all_damaged_is_an_error(void **state)
     llmt_trainer_free(tr);
     llmt_ckpt_store_free(s);
     fixture_close(&f);
-    llmt_remove_tree(store_dir);
-    llmt_remove_tree(fast_dir);
+    llmt_remove_tree(dirs.store);
+    llmt_remove_tree(dirs.fast);
 }
 
 /* ---- the lock (item 7) */
@@ -171,24 +163,24 @@ static void test_lock(void **state)
 {
     (void)state;
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 5, 1), *t = (llmt_ckpt_store *)&f;
     llmt_ckpt_store_config plain = LLMT_CKPT_STORE_CONFIG_INIT;
     char pid[32];
     snprintf(pid, sizeof pid, "%ld", (long)getpid());
 
     /* In this process: flock locks per open file description. */
-    assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, store_dir, &plain), LLMT_EBUSY);
+    assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, dirs.store, &plain), LLMT_EBUSY);
     assert_null(t);
-    assert_contains(llmt_error_last(), store_dir);
+    assert_contains(llmt_error_last(), dirs.store);
     assert_contains(llmt_error_last(), pid);
     /* The fast tier's directory alone, under another durable one. */
     char other[160];
-    snprintf(other, sizeof other, "%s/other", root);
+    snprintf(other, sizeof other, "%s/other", dirs.root);
     llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
-    sc.fast_dir = fast_dir;
+    sc.fast_dir = dirs.fast;
     assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, other, &sc), LLMT_EBUSY);
-    assert_contains(llmt_error_last(), fast_dir);
+    assert_contains(llmt_error_last(), dirs.fast);
     llmt_ckpt_store_free(s);
     assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, other, &sc), LLMT_OK);
     llmt_ckpt_store_free(t);
@@ -203,7 +195,7 @@ static void test_lock(void **state)
     if (child == 0) {
         close(go[1]); /* so the read below ends when the parent closes its end */
         llmt_ckpt_store *c = NULL;
-        char ok = llmt_ckpt_store_open(&c, f.ctx, store_dir, &plain) == LLMT_OK ? 'y' : 'n';
+        char ok = llmt_ckpt_store_open(&c, f.ctx, dirs.store, &plain) == LLMT_OK ? 'y' : 'n';
         (void)!write(ready[1], &ok, 1);
         (void)!read(go[0], &ok, 1); /* until the parent closes its end */
         llmt_ckpt_store_free(c);
@@ -214,20 +206,20 @@ static void test_lock(void **state)
     assert_int_equal(ok, 'y');
     snprintf(pid, sizeof pid, "process %ld", (long)child);
     t = NULL;
-    assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, store_dir, &plain), LLMT_EBUSY);
+    assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, dirs.store, &plain), LLMT_EBUSY);
     assert_contains(llmt_error_last(), pid);
     close(go[1]);
     int status = 0;
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, store_dir, &plain), LLMT_OK);
+    assert_int_equal(llmt_ckpt_store_open(&t, f.ctx, dirs.store, &plain), LLMT_OK);
     llmt_ckpt_store_free(t);
     close(ready[0]);
     close(ready[1]);
     close(go[0]);
     fixture_close(&f);
-    llmt_remove_tree(store_dir);
-    llmt_remove_tree(fast_dir);
+    llmt_remove_tree(dirs.store);
+    llmt_remove_tree(dirs.fast);
 }
 
 /* ---- a stray file, a read-only store, the final save (item 9) */
@@ -235,14 +227,14 @@ static void test_lock(void **state)
 static void test_stray_file_ignored(void **state)
 {
     (void)state;
-    assert_int_equal(llmt_mkdirs(store_dir), LLMT_OK);
+    assert_int_equal(llmt_mkdirs(dirs.store), LLMT_OK);
     char stray[320], stray0[320];
-    snprintf(stray, sizeof stray, "%s/step-00000035", store_dir);
+    snprintf(stray, sizeof stray, "%s/step-00000035", dirs.store);
     write_text(stray, "not a checkpoint");
-    snprintf(stray0, sizeof stray0, "%s/step-00000000", store_dir); /* the oldest, for rotation */
+    snprintf(stray0, sizeof stray0, "%s/step-00000000", dirs.store); /* the oldest, for rotation */
     write_text(stray0, "not one either");
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 1, 0);
     /* Every save rotates; the file is neither listed nor moved. */
     for (int i = 0; i < 3; i++)
@@ -270,7 +262,7 @@ static void test_stray_file_ignored(void **state)
     assert_int_equal(stat(stray0, &sb), 0);
     llmt_ckpt_store_free(s);
     fixture_close(&f);
-    llmt_remove_tree(store_dir);
+    llmt_remove_tree(dirs.store);
 }
 
 static int make_read_only(const char *path, const struct stat *sb, int type, struct FTW *ftw)
@@ -289,7 +281,7 @@ static int read_only_child(fixture *f)
         return 1;
     llmt_ckpt_store *s = NULL;
     llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
-    if (llmt_ckpt_store_open(&s, f->ctx, store_dir, &sc) != LLMT_OK)
+    if (llmt_ckpt_store_open(&s, f->ctx, dirs.store, &sc) != LLMT_OK)
         return fprintf(stderr, "open: %s\n", llmt_error_last()), 2;
     int64_t step = -1;
     int32_t tier = -1;
@@ -310,18 +302,18 @@ static void test_read_only_store_with_leftover(void **state)
 {
     (void)state;
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
     save_at(&f, s, 1, LLMT_CKPT_DURABLE);
     llmt_ckpt_store_free(s);
     /* What a save killed part-way leaves. */
     char left[320];
-    snprintf(left, sizeof left, "%s/step-00000002.tmp-abcdef", store_dir);
+    snprintf(left, sizeof left, "%s/step-00000002.tmp-abcdef", dirs.store);
     assert_int_equal(mkdir(left, 0755), 0);
     strcat(left, "/model.safetensors");
     write_text(left, "partial");
-    assert_int_equal(chmod(root, 0755), 0);
-    assert_int_equal(nftw(store_dir, make_read_only, 8, FTW_PHYS | FTW_DEPTH), 0);
+    assert_int_equal(chmod(dirs.root, 0755), 0);
+    assert_int_equal(nftw(dirs.store, make_read_only, 8, FTW_PHYS | FTW_DEPTH), 0);
 
     pid_t child = fork();
     assert_true(child >= 0);
@@ -334,20 +326,20 @@ static void test_read_only_store_with_leftover(void **state)
         fail_msg("read-only store: check %d failed", WEXITSTATUS(status));
     struct stat sb;
     assert_int_equal(stat(left, &sb), 0); /* left where it was */
-    assert_int_equal(chmod(store_dir, 0755), 0);
+    assert_int_equal(chmod(dirs.store, 0755), 0);
     /* Writable again: the next open removes the leftover. */
     s = open_store(f.ctx, 5, 0);
     assert_int_not_equal(stat(left, &sb), 0);
     llmt_ckpt_store_free(s);
     fixture_close(&f);
-    llmt_remove_tree(store_dir);
+    llmt_remove_tree(dirs.store);
 }
 
 /* The inode of checkpoint step's directory: a new save makes a new one. */
 static ino_t inode_of(int64_t step)
 {
     char path[320];
-    snprintf(path, sizeof path, "%s/step-%08lld", store_dir, (long long)step);
+    snprintf(path, sizeof path, "%s/step-%08lld", dirs.store, (long long)step);
     struct stat sb;
     if (stat(path, &sb) != 0)
         fail_msg("%s: missing", path);
@@ -358,7 +350,7 @@ static void test_final_save_of_a_saved_step(void **state)
 {
     (void)state;
     fixture f;
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     llmt_ckpt_store *s = open_store(f.ctx, 1, 1);
     llmt_trainer *tr = make_trainer(&f, s, 2, 2);
     assert_int_equal(llmt_trainer_run(tr, 2), LLMT_OK); /* saves step 2 */
@@ -371,7 +363,7 @@ static void test_final_save_of_a_saved_step(void **state)
 
     /* Resumed from step 2 with nothing left to run: the same. The fast tier
      * does not hold it, so saving there writes. */
-    fixture_open(&f, data_dir, LLMT_PRECISION_FP32, 16);
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
     tr = make_trainer(&f, s, 2, 2);
     int64_t from = -1;
     assert_int_equal(llmt_trainer_resume_latest(tr, &from), LLMT_OK);
@@ -383,8 +375,336 @@ static void test_final_save_of_a_saved_step(void **state)
     llmt_trainer_free(tr);
     llmt_ckpt_store_free(s);
     fixture_close(&f);
-    llmt_remove_tree(store_dir);
-    llmt_remove_tree(fast_dir);
+    llmt_remove_tree(dirs.store);
+    llmt_remove_tree(dirs.fast);
+}
+
+/* ---- the trainer's no-op save needs a committed checkpoint (review A) */
+
+static void test_trainer_save_after_failed_async(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 5, 1);
+    /* The fast save of step 1 fails on its thread: a plain file holds its name. */
+    char stray[320];
+    snprintf(stray, sizeof stray, "%s/step-00000001", dirs.fast);
+    write_text(stray, "in the way");
+    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
+    p.model = f.model;
+    p.optimizer = f.opt;
+    p.scaler = f.scaler;
+    p.loader = f.loader;
+    p.store = s;
+    llmt_trainer_config c = LLMT_TRAINER_CONFIG_INIT;
+    c.batch_size = FIX_B;
+    c.seq_len = FIX_T;
+    c.adaptive = 0;
+    c.total_steps = 10;
+    c.checkpoint_every = 1;
+    c.fast_checkpoint_every = 1;
+    c.checkpoint_async = 1;
+    llmt_trainer *tr = NULL;
+    assert_int_equal(llmt_trainer_create(&tr, &p, &c), LLMT_OK);
+    /* The durable save joins the failed fast one: the step reports it. */
+    assert_int_equal(llmt_trainer_step(tr, NULL), LLMT_EIO);
+    assert_contains(llmt_error_last(), "not a directory");
+    assert_int_equal(llmt_trainer_step_index(tr), 1);
+    /* Nothing was committed in either tier: each save must write (the fast
+     * one fails again while the file is there). */
+    assert_int_equal(llmt_trainer_save(tr, LLMT_CKPT_FAST), LLMT_EIO);
+    assert_contains(llmt_error_last(), "step-00000001 exists and is not a directory");
+    assert_int_equal(unlink(stray), 0);
+    assert_int_equal(llmt_trainer_save(tr, LLMT_CKPT_FAST), LLMT_OK);
+    assert_int_equal(llmt_ckpt_verify(s, 1, LLMT_CKPT_FAST), LLMT_OK);
+    assert_int_equal(llmt_trainer_save(tr, LLMT_CKPT_DURABLE), LLMT_OK);
+    assert_int_equal(llmt_ckpt_verify(s, 1, LLMT_CKPT_DURABLE), LLMT_OK);
+    llmt_trainer_free(tr);
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+    llmt_remove_tree(dirs.fast);
+}
+
+/* ---- what is damage, rotation past damaged ones, setting them aside (review B) */
+
+/* Saves the fixture's state as checkpoint step (the step only names it). */
+static void save_as(fixture *f, llmt_ckpt_store *s, int64_t step)
+{
+    llmt_train_state st = fixture_state(f);
+    st.step = step;
+    if (llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE) != LLMT_OK)
+        fail_msg("save %lld: %s", (long long)step, llmt_error_last());
+}
+
+static void test_unreadable_is_not_damage(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
+    save_as(&f, s, 1);
+    save_as(&f, s, 2);
+    /* Step 2's weights cannot be read (reading /proc/self/mem at offset 0
+     * fails with EIO, as a flaky disk or a lost mount would): the newest
+     * checkpoint may be good, so neither is it passed over for step 1 nor
+     * are the checkpoints called damaged. */
+    char path[320];
+    snprintf(path, sizeof path, "%s/step-00000002/model.safetensors", dirs.store);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink("/proc/self/mem", path), 0);
+    int64_t step = -1;
+    int32_t tier = -1;
+    assert_int_equal(llmt_ckpt_latest(s, &step, &tier, NULL, 0), LLMT_EIO);
+    assert_contains(llmt_error_last(), "step-00000002");
+    assert_int_equal(step, -1);
+    assert_int_equal(llmt_ckpt_verify(s, 2, LLMT_CKPT_DURABLE), LLMT_EIO);
+    /* A missing file is damage. */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(llmt_ckpt_verify(s, 2, LLMT_CKPT_DURABLE), LLMT_ECORRUPT);
+    assert_int_equal(llmt_ckpt_latest(s, &step, &tier, NULL, 0), LLMT_OK);
+    assert_int_equal(step, 1);
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
+/* The number of entries of dirs.store whose name starts with prefix. */
+static int entries_named(const char *prefix)
+{
+    DIR *d = opendir(dirs.store);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+static void test_damaged_do_not_crowd_out_valid(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 3, 0);
+    save_as(&f, s, 400);
+    save_as(&f, s, 500);
+    char path[320];
+    for (int step = 400; step <= 500; step += 100) {
+        snprintf(path, sizeof path, "%s/step-%08d/MANIFEST", dirs.store, step);
+        assert_int_equal(truncate(path, 10), 0);
+    }
+    int64_t step = -1, steps[8];
+    int32_t tier = -1;
+    assert_int_equal(llmt_ckpt_latest(s, &step, &tier, NULL, 0), LLMT_ECORRUPT);
+    /* Starting over at step 0 with keep = 3: both new ones are kept. */
+    save_as(&f, s, 100);
+    save_as(&f, s, 200);
+    size_t n = 0;
+    assert_int_equal(llmt_ckpt_list(s, LLMT_CKPT_DURABLE, steps, 8, &n), LLMT_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(steps[0], 100);
+    assert_int_equal(steps[1], 200);
+    /* Set aside: the damaged ones renamed (kept), the valid ones untouched. */
+    char notes[2048];
+    size_t moved = 0;
+    assert_int_equal(llmt_ckpt_set_aside_invalid(s, &moved, notes, sizeof notes), LLMT_OK);
+    assert_int_equal(moved, 2);
+    assert_contains(notes, "step-00000400");
+    assert_contains(notes, "step-00000500");
+    assert_int_equal(llmt_ckpt_list(s, LLMT_CKPT_DURABLE, steps, 8, &n), LLMT_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(entries_named("step-00000400.refused-"), 1);
+    assert_int_equal(entries_named("step-00000500.refused-"), 1);
+    assert_int_equal(llmt_ckpt_latest(s, &step, &tier, NULL, 0), LLMT_OK);
+    assert_int_equal(step, 200);
+    /* Rotation goes on over valid ones only, and never touches those set aside. */
+    save_as(&f, s, 300);
+    save_as(&f, s, 400);
+    assert_int_equal(llmt_ckpt_list(s, LLMT_CKPT_DURABLE, steps, 8, &n), LLMT_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(steps[0], 200);
+    assert_int_equal(entries_named("step-00000400.refused-"), 1);
+    assert_int_equal(llmt_ckpt_set_aside_invalid(s, &moved, NULL, 0), LLMT_OK);
+    assert_int_equal(moved, 0);
+    assert_int_equal(llmt_ckpt_set_aside_invalid(NULL, &moved, NULL, 0), LLMT_EINVAL);
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
+/* ---- readers, fork, the holder's pid (review C) */
+
+static llmt_ckpt_store *open_reader(llmt_context *ctx, const char *dir, int *rc)
+{
+    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+    sc.read_only = 1;
+    llmt_ckpt_store *r = NULL;
+    *rc = llmt_ckpt_store_open(&r, ctx, dir, &sc);
+    return r;
+}
+
+static void test_readers_beside_a_writer(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    int rc = 0;
+    /* A reader of a directory that does not exist: nothing is created. */
+    assert_null(open_reader(f.ctx, dirs.store, &rc));
+    assert_int_equal(rc, LLMT_ENOTFOUND);
+    struct stat sb;
+    assert_int_not_equal(stat(dirs.store, &sb), 0);
+
+    llmt_ckpt_store *w = open_store(f.ctx, 5, 0);
+    save_as(&f, w, 1);
+    /* A writer's save in progress, which a reader must leave alone. */
+    char tmp[320];
+    snprintf(tmp, sizeof tmp, "%s/step-00000002.tmp-inprogress", dirs.store);
+    assert_int_equal(mkdir(tmp, 0755), 0);
+    llmt_ckpt_store *r1 = open_reader(f.ctx, dirs.store, &rc);
+    assert_int_equal(rc, LLMT_OK);
+    llmt_ckpt_store *r2 = open_reader(f.ctx, dirs.store, &rc);
+    assert_int_equal(rc, LLMT_OK);
+    assert_int_equal(stat(tmp, &sb), 0);
+    int64_t step = -1;
+    int32_t tier = -1;
+    assert_int_equal(llmt_ckpt_latest(r1, &step, &tier, NULL, 0), LLMT_OK);
+    assert_int_equal(step, 1);
+    llmt_train_state st = fixture_state(&f);
+    assert_int_equal(llmt_ckpt_load(r2, 1, LLMT_CKPT_DURABLE, &st, NULL, 0, NULL), LLMT_OK);
+    assert_int_equal(llmt_ckpt_save(r1, &st, LLMT_CKPT_DURABLE), LLMT_EIO);
+    assert_contains(llmt_error_last(), "read_only");
+    assert_int_equal(llmt_ckpt_set_aside_invalid(r1, NULL, NULL, 0), LLMT_EIO);
+    /* Readers do not keep a writer out, and a second writer is still refused. */
+    llmt_ckpt_store_free(w);
+    w = open_store(f.ctx, 5, 0);
+    llmt_ckpt_store *w2 = NULL;
+    llmt_ckpt_store_config plain = LLMT_CKPT_STORE_CONFIG_INIT;
+    assert_int_equal(llmt_ckpt_store_open(&w2, f.ctx, dirs.store, &plain), LLMT_EBUSY);
+    llmt_ckpt_store_free(w);
+    llmt_ckpt_store_free(r1);
+    llmt_ckpt_store_free(r2);
+    /* A version 1 configuration (before read_only) opens a writer. */
+    llmt_ckpt_store_config v1 = LLMT_CKPT_STORE_CONFIG_INIT;
+    v1.version = 1;
+    v1.read_only = 7; /* not part of a version 1 struct: not read */
+    assert_int_equal(llmt_ckpt_store_open(&w2, f.ctx, dirs.store, &v1), LLMT_OK);
+    assert_int_equal(stat(tmp, &sb) != 0, 1); /* a writer cleans */
+    llmt_ckpt_store_free(w2);
+    plain.read_only = 2;
+    assert_int_equal(llmt_ckpt_store_open(&w2, f.ctx, dirs.store, &plain), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "read_only = 2");
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
+static void test_fork_child_releases_the_lock(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
+    int go[2], ready[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) { /* a worker that outlives the parent's store */
+        close(go[1]);
+        char c = 'y'; /* fork has returned here: the atfork handler has run */
+        (void)!write(ready[1], &c, 1);
+        (void)!read(go[0], &c, 1);
+        _exit(0);
+    }
+    close(go[0]);
+    char c = 0;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    llmt_ckpt_store_free(s);
+    int rc = llmt_ckpt_store_open(&s, f.ctx, dirs.store, NULL);
+    close(go[1]);
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (rc != LLMT_OK)
+        fail_msg("reopen while a fork child lives: %s", llmt_error_last());
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
+static void test_holder_pid_written_late(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    assert_int_equal(llmt_mkdirs(dirs.store), LLMT_OK);
+    char path[320];
+    snprintf(path, sizeof path, "%s/llmt.lock", dirs.store);
+    /* A holder that has the lock but has not written its pid yet. */
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        nanosleep(&(struct timespec){0, 200000000}, NULL);
+        _exit(pwrite(fd, "4242\n", 5, 0) == 5 ? 0 : 1);
+    }
+    llmt_ckpt_store *s = NULL;
+    llmt_ckpt_store_config plain = LLMT_CKPT_STORE_CONFIG_INIT;
+    assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, dirs.store, &plain), LLMT_EBUSY);
+    assert_contains(llmt_error_last(), "process 4242");
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    close(fd);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
+/* ---- a checkpoint moved aside that cannot be put back (review D) */
+
+static void test_unrestored_old_checkpoint(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
+    save_as(&f, s, 5);
+    llmt_ckpt_store_free(s);
+    /* What a save replacing step 5 left when killed, and a link in the
+     * way of putting it back: a writable store must say so, not lose it. */
+    char ckpt[320], old[320];
+    snprintf(ckpt, sizeof ckpt, "%s/step-00000005", dirs.store);
+    snprintf(old, sizeof old, "%s/step-00000005.old-abcdef", dirs.store);
+    assert_int_equal(rename(ckpt, old), 0);
+    assert_int_equal(symlink("/nonexistent", ckpt), 0);
+    s = NULL;
+    llmt_ckpt_store_config plain = LLMT_CKPT_STORE_CONFIG_INIT;
+    assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, dirs.store, &plain), LLMT_EIO);
+    assert_contains(llmt_error_last(), "step-00000005.old-abcdef");
+    struct stat sb;
+    assert_int_equal(stat(old, &sb), 0); /* kept */
+    /* A reader leaves it and notes it in latest. */
+    int rc = 0;
+    llmt_ckpt_store *r = open_reader(f.ctx, dirs.store, &rc);
+    assert_int_equal(rc, LLMT_OK);
+    int64_t step = -1;
+    int32_t tier = -1;
+    char notes[1024];
+    assert_int_equal(llmt_ckpt_latest(r, &step, &tier, notes, sizeof notes), LLMT_ENOTFOUND);
+    assert_contains(notes, "step-00000005.old-abcdef (durable): moved aside");
+    llmt_ckpt_store_free(r);
+    /* With the link gone, the next open puts it back. */
+    assert_int_equal(unlink(ckpt), 0);
+    s = open_store(f.ctx, 5, 0);
+    assert_int_equal(llmt_ckpt_verify(s, 5, LLMT_CKPT_DURABLE), LLMT_OK);
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
 }
 
 int main(void)
@@ -395,6 +715,13 @@ int main(void)
         cmocka_unit_test(test_stray_file_ignored),
         cmocka_unit_test(test_read_only_store_with_leftover),
         cmocka_unit_test(test_final_save_of_a_saved_step),
+        cmocka_unit_test(test_trainer_save_after_failed_async),
+        cmocka_unit_test(test_unreadable_is_not_damage),
+        cmocka_unit_test(test_damaged_do_not_crowd_out_valid),
+        cmocka_unit_test(test_readers_beside_a_writer),
+        cmocka_unit_test(test_fork_child_releases_the_lock),
+        cmocka_unit_test(test_holder_pid_written_late),
+        cmocka_unit_test(test_unrestored_old_checkpoint),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

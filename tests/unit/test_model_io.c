@@ -337,8 +337,17 @@ static void test_create_from_file(void **state)
     expect_same_model(a, b, LLMT_PRECISION_FP32);
     llmt_model_free(b);
 
-    /* Refusals: damaged checkpoint weights, a file without the
-     * configuration, no such file, bad arguments; *out stays NULL. */
+    /* Refusals: a checkpoint directory whose name says another step than its
+     * manifest (the store's own check), damaged checkpoint weights, a file
+     * without the configuration, no such file, bad arguments; *out stays NULL. */
+    char moved[300];
+    snprintf(moved, sizeof moved, "%s/step-00000099", store_dir);
+    assert_int_equal(rename(ckpt, moved), 0);
+    b = (llmt_model *)c2;
+    assert_int_equal(llmt_model_create_from_file(&b, c2, moved, -1), LLMT_ECORRUPT);
+    assert_null(b);
+    assert_contains(llmt_error_last(), "manifest says step 3");
+    assert_int_equal(rename(moved, ckpt), 0);
     char weights[300];
     snprintf(weights, sizeof weights, "%s/model.safetensors", ckpt);
     size_t len = 0;
@@ -349,8 +358,8 @@ static void test_create_from_file(void **state)
     b = (llmt_model *)c2;
     assert_int_equal(llmt_model_create_from_file(&b, c2, ckpt, -1), LLMT_ECORRUPT);
     assert_null(b);
-    assert_contains(llmt_error_last(), weights);
-    assert_contains(llmt_error_last(), "the manifest says");
+    assert_contains(llmt_error_last(), ckpt);
+    assert_contains(llmt_error_last(), "file model.safetensors: checksum mismatch");
     float x[4] = {1, 2, 3, 4};
     llmt_st_write_tensor t = {.name = "x", .dtype = LLMT_DTYPE_F32, .ndim = 1, .data = x};
     t.shape[0] = 4;
@@ -360,7 +369,7 @@ static void test_create_from_file(void **state)
     assert_contains(llmt_error_last(), "no \"llmt.model_config\" in __metadata__");
     assert_int_equal(llmt_model_create_from_file(&b, c2, "/nonexistent/m.safetensors", -1), LLMT_EIO);
     assert_contains(llmt_error_last(), "/nonexistent/m.safetensors");
-    assert_int_equal(llmt_model_create_from_file(&b, c2, dir, -1), LLMT_EIO); /* no MANIFEST */
+    assert_int_equal(llmt_model_create_from_file(&b, c2, dir, -1), LLMT_ECORRUPT); /* no MANIFEST */
     assert_contains(llmt_error_last(), "MANIFEST");
     assert_int_equal(llmt_model_create_from_file(&b, c2, ckpt, 4), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "precision = 4");

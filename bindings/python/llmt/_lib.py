@@ -291,6 +291,7 @@ FUNCTIONS = {
     "llmt_ckpt_latest": (STATUS, [STORE, I64P, I32P, c_char_p, c_size_t]),
     "llmt_ckpt_load": (STATUS, [STORE, c_int64, c_int32, _p(S.llmt_train_state), c_void_p,
                                 c_size_t, SIZEP]),
+    "llmt_ckpt_set_aside_invalid": (STATUS, [STORE, SIZEP, c_char_p, c_size_t]),
     "llmt_ckpt_path": (STATUS, [STORE, c_int64, c_int32, c_char_p, c_size_t, SIZEP]),
 }
 

@@ -186,9 +186,9 @@ class llmt_loader_state(Structure):
 # ---- checkpoint.h
 
 class llmt_ckpt_store_config(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32), ("keep", c_int32), ("sync", c_int32),
-                ("fast_dir", c_char_p), ("fast_keep", c_int32)]
+                ("fast_dir", c_char_p), ("fast_keep", c_int32), ("read_only", c_int32)]
 
 
 class llmt_train_state(Structure):

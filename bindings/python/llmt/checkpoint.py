@@ -32,7 +32,9 @@ class CheckpointStore(Handle):
 
     Keyword arguments are the fields of llmt_ckpt_store_config over its
     defaults: keep (5), sync (True), fast_dir (None: no fast tier),
-    fast_keep (2). Tiers are "durable" (the default) and "fast" (or 0 / 1).
+    fast_keep (2), read_only (False: open for listing, verifying and loading
+    only, without a lock, beside a process training into the directory).
+    Tiers are "durable" (the default) and "fast" (or 0 / 1).
     Objects passed to save/load: a Model (required), and optionally an
     Optimizer, a LossScaler and a Loader.
     """
@@ -41,7 +43,7 @@ class CheckpointStore(Handle):
         cfg = init_struct(S.llmt_ckpt_store_config, lib.llmt_ckpt_store_config_init)
         fill_struct(cfg, config, "CheckpointStore",
                     {"fast_dir": lambda v: None if v is None else path_bytes(v),
-                     "sync": int})
+                     "sync": int, "read_only": int})
         out = ctypes.POINTER(S.llmt_ckpt_store)()
         lib.llmt_ckpt_store_open(ctypes.byref(out), context._ptr, path_bytes(directory),
                                  ctypes.byref(cfg))
@@ -98,6 +100,15 @@ class CheckpointStore(Handle):
         lib.llmt_ckpt_latest(self._ptr, ctypes.byref(step), ctypes.byref(tier_), notes,
                              len(notes))
         return Latest(step.value, TIERS[tier_.value], notes.value.decode(errors="replace"))
+
+    def set_aside_invalid(self):
+        """Renames every checkpoint that does not verify (damage, not a failed
+        read) to step-N.refused-<time>, where nothing takes it for a
+        checkpoint; returns one line per checkpoint set aside, with why."""
+        count = ctypes.c_size_t()
+        notes = ctypes.create_string_buffer(8192)
+        lib.llmt_ckpt_set_aside_invalid(self._ptr, ctypes.byref(count), notes, len(notes))
+        return [line for line in notes.value.decode(errors="replace").splitlines() if line]
 
     def path(self, step, tier="durable"):
         """The directory of checkpoint ``step`` of ``tier``."""

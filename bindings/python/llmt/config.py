@@ -91,6 +91,19 @@ class TrainConfig:
                             f"{type(source).__name__}")
         return self
 
+    def set(self, key, value):
+        """Sets one key (dotted: "optimizer.lr") to ``value``, checked as the
+        YAML loader checks it (llmt_train_config_set); returns self. value is a
+        bool, int, float, str or path; a str is taken as written (no YAML
+        quoting). Raises InvalidArgument naming the key and value, leaving the
+        configuration unchanged."""
+        if isinstance(value, (str, os.PathLike)):
+            text = path_bytes(value)
+        else:
+            text = _scalar(value, key).encode()
+        lib.llmt_train_config_set(ctypes.byref(self.struct), str(key).encode(), text)
+        return self
+
     def _parse(self, text, source):
         data = text.encode()
         lib.llmt_train_config_parse_yaml(ctypes.byref(self.struct), data, len(data),

@@ -70,3 +70,28 @@ def test_corruption_is_detected_and_skipped(ctx, tmp_path):
                                    "checksum mismatch")
     with pytest.raises(llmt.InvalidArgument, match="hidden_size = 64, this model 32"):
         store.load(1, llmt.Model(ctx, **dict(SMALL_MODEL, hidden_size=32)))
+
+
+def test_reader_beside_writer_and_set_aside(ctx, tmp_path):
+    model = llmt.Model(ctx, **SMALL_MODEL)
+    writer = llmt.CheckpointStore(ctx, tmp_path / "ckpt", sync=False)
+    writer.save(1, model)
+    writer.save(2, model)
+    # A reader opens beside the writer (a second writer may not) and cannot save.
+    reader = llmt.CheckpointStore(ctx, tmp_path / "ckpt", read_only=True)
+    with pytest.raises(llmt.Busy):
+        llmt.CheckpointStore(ctx, tmp_path / "ckpt")
+    assert reader.latest().step == 2
+    with pytest.raises(llmt.IOFailure, match="read_only"):
+        reader.save(3, model)
+    with pytest.raises(llmt.NotFound):
+        llmt.CheckpointStore(ctx, tmp_path / "missing", read_only=True)
+    assert not (tmp_path / "missing").exists()
+    reader.close()
+    # Damage step 2: set aside (kept under another name), step 1 stays.
+    (tmp_path / "ckpt" / "step-00000002" / "MANIFEST").write_text("damaged")
+    lines = writer.set_aside_invalid()
+    assert len(lines) == 1 and "step-00000002" in lines[0]
+    assert writer.list() == [1]
+    assert [p.name.split(".")[0] for p in (tmp_path / "ckpt").glob("step-00000002.refused-*")] \
+        == ["step-00000002"]

@@ -1,0 +1,123 @@
+/* Checking a checkpoint directory against its MANIFEST (see check.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/check.h"
+#include "ckpt/store_internal.h"
+#include "core/error.h"
+#include "util/fsutil.h"
+
+int64_t llmt_ckpt_step_of(const char *name)
+{
+    const char *slash = strrchr(name, '/');
+    name = slash ? slash + 1 : name;
+    size_t digits = strlen(name + (strncmp(name, "step-", 5) == 0 ? 5 : 0));
+    if (strncmp(name, "step-", 5) != 0 || !digits || digits > 18 ||
+        strspn(name + 5, "0123456789") != digits)
+        return -1;
+    int64_t step = strtoll(name + 5, NULL, 10);
+    char canonical[64];
+    llmt_ckpt_dirname(canonical, sizeof canonical, step);
+    return strcmp(name, canonical) == 0 ? step : -1;
+}
+
+/* dir/name, malloc'ed (NULL after setting LLMT_ENOMEM). */
+static char *path_in(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    else
+        llmt_fail(LLMT_ENOMEM, "%s: out of memory", dir);
+    return p;
+}
+
+/* LLMT_ECORRUPT when path does not exist (a checkpoint lacking a file is
+ * damaged), else rc: a file that is there but could not be read proves
+ * nothing about the checkpoint. */
+static int missing_is_damage(const char *path, int rc)
+{
+    struct stat st;
+    return rc == LLMT_EIO && lstat(path, &st) != 0 && errno == ENOENT ? LLMT_ECORRUPT : rc;
+}
+
+int llmt_ckpt_read_manifest_at(const char *dir, const char *label, int64_t step, llmt_manifest *m)
+{
+    memset(m, 0, sizeof *m); /* clearable even when the file cannot be read */
+    char *path = path_in(dir, CKPT_MANIFEST_FILE), *text = NULL;
+    size_t len = 0;
+    int rc = path ? llmt_read_file(path, LLMT_MANIFEST_MAX_BYTES, &text, &len) : LLMT_ENOMEM;
+    if (path)
+        rc = missing_is_damage(path, rc);
+    if (!rc)
+        rc = llmt_manifest_parse(text, len, m);
+    if (!rc && step >= 0 && m->step != step)
+        rc = llmt_fail(LLMT_ECORRUPT, "manifest says step %lld", (long long)m->step);
+    if (rc) {
+        llmt_manifest_clear(m);
+        llmt_fail_prefix(rc, "%s: file %s", label, CKPT_MANIFEST_FILE);
+    }
+    free(path);
+    free(text);
+    return rc;
+}
+
+/* Checks one listed file's size and XXH3-64. */
+static int check_file(const char *dir, const char *label, const llmt_manifest_file *f)
+{
+    char *path = path_in(dir, f->name);
+    uint64_t size = 0, xxh3 = 0;
+    int rc = path ? missing_is_damage(path, llmt_hash_file(path, &size, &xxh3)) : LLMT_ENOMEM;
+    if (!rc && size != f->bytes)
+        rc = llmt_fail(LLMT_ECORRUPT, "size %" PRIu64 ", the manifest says %" PRIu64, size, f->bytes);
+    else if (!rc && xxh3 != f->xxh3)
+        rc = llmt_fail(LLMT_ECORRUPT, "checksum mismatch (XXH3-64 %016" PRIx64 ", the manifest "
+                       "says %016" PRIx64 ")", xxh3, f->xxh3);
+    if (rc)
+        llmt_fail_prefix(rc, "%s: file %s", label, f->name);
+    free(path);
+    return rc;
+}
+
+/* Fails with LLMT_ECORRUPT on a file in dir that m does not list. */
+static int check_nothing_extra(const char *dir, const char *label, const llmt_manifest *m)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return llmt_fail(errno == ENOENT ? LLMT_ECORRUPT : LLMT_EIO, "%s: cannot open %s: %s",
+                         label, dir, strerror(errno));
+    int rc = LLMT_OK;
+    struct dirent *e;
+    while (!rc && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            strcmp(e->d_name, CKPT_MANIFEST_FILE) && !llmt_manifest_find(m, e->d_name))
+            rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not listed in the manifest", label,
+                           e->d_name);
+    closedir(d);
+    return rc;
+}
+
+int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int all, llmt_manifest *m)
+{
+    llmt_manifest own;
+    llmt_manifest *man = m ? m : &own;
+    LLMT_TRY(llmt_ckpt_read_manifest_at(dir, label, step, man));
+    int rc = LLMT_OK;
+    if (!llmt_manifest_find(man, CKPT_MODEL_FILE))
+        rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not listed in the manifest", label,
+                       CKPT_MODEL_FILE);
+    for (int i = 0; i < man->n_files && !rc; i++)
+        if (all || strcmp(man->files[i].name, CKPT_MODEL_FILE) == 0)
+            rc = check_file(dir, label, &man->files[i]);
+    if (!rc && all)
+        rc = check_nothing_extra(dir, label, man);
+    if (!m || rc)
+        llmt_manifest_clear(man);
+    return rc;
+}
