@@ -12,20 +12,24 @@
 
 /* Every regular file (not a link: the links repeat texts) of
  * /usr/share/common-licenses and every /usr/share/doc/x/copyright, sorted
- * as glob sorts them. */
-static int corpus_files(glob_t *g)
+ * as glob sorts them: the first *kept entries of g->gl_pathv. The others
+ * are swapped behind them, not dropped, and gl_pathc is left whole, so
+ * that globfree frees every entry. */
+static int corpus_files(glob_t *g, size_t *kept)
 {
     memset(g, 0, sizeof *g);
     glob("/usr/share/common-licenses/*", 0, NULL, g);
     glob("/usr/share/doc/*/copyright", GLOB_APPEND, NULL, g);
-    size_t kept = 0;
+    *kept = 0;
     for (size_t i = 0; i < g->gl_pathc; i++) {
         struct stat st;
-        if (lstat(g->gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
-            g->gl_pathv[kept++] = g->gl_pathv[i];
+        if (lstat(g->gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode)) {
+            char *path = g->gl_pathv[i];
+            g->gl_pathv[i] = g->gl_pathv[*kept];
+            g->gl_pathv[(*kept)++] = path;
+        }
     }
-    g->gl_pathc = kept;
-    return kept ? 0 : -1;
+    return *kept ? 0 : -1;
 }
 
 int prepare_default_corpus(const char *out)
@@ -36,13 +40,14 @@ int prepare_default_corpus(const char *out)
     if (access(ready, F_OK) == 0)
         return 0;
     glob_t g;
-    if (corpus_files(&g)) {
+    size_t kept;
+    if (corpus_files(&g, &kept)) {
         globfree(&g);
         fprintf(stderr, PROG ": no text found under /usr/share/common-licenses or /usr/share/doc\n");
         return -1;
     }
     llmt_tokenize_report r = LLMT_TOKENIZE_REPORT_INIT;
-    if (llmt_byte_tokenize_files((const char *const *)g.gl_pathv, g.gl_pathc, data, "text",
+    if (llmt_byte_tokenize_files((const char *const *)g.gl_pathv, kept, data, "text",
                                  10000000, 0.02, &r) != LLMT_OK) {
         globfree(&g);
         fprintf(stderr, PROG ": tokenizing the corpus: %s\n", llmt_error_last());

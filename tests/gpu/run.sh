@@ -31,10 +31,14 @@
 #
 #   tests/gpu/run.sh [--build-only] [build-dir]      (default build/gpu)
 #
-# --build-only stops after cpu-smoke (tests/gpu/test_bare_build.sh uses it).
+# --build-only stops after cpu-smoke (tests/gpu/test_bare_build.sh uses it);
+# where nvcc is not found it builds without CUDA, the plugin stage "not
+# applicable".
 # Results: gpu-run.log (everything printed) and gpu-summary.json (each
 # stage's status, seconds and note, the host, and the benchmark's and
 # PyTorch's figures) in $OUT when set, else in <build-dir>/gpu-kit.
+# The summary is written by python3 (tests/gpu/summary.py); without it there
+# is none, and that counts as one more failure.
 # Exit status: the number of stages that did not pass (0: all passed).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
@@ -115,50 +119,24 @@ run_stage() {
 }
 stage_note=
 
-json_escape() { # text -> JSON string body on stdout
-    printf '%s' "$1" | tr '\n\t' '  ' | sed 's/\\/\\\\/g; s/"/\\"/g'
-}
-
-# A JSON file a stage wrote, when that stage passed and python3 parses the
-# file; else null (a broken file must not break the summary).
-json_file_if() { # stage file
-    local i
-    for i in "${!names[@]}"; do
-        if [ "${names[$i]}" = "$1" ] && [ "${states[$i]}" = pass ] && [ -s "$2" ] &&
-            python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$2" 2>/dev/null; then
-            cat "$2"
-            return
-        fi
-    done
-    echo null
-}
-
 # Writes the summary and the closing table, and exits with the count of
-# stages that did not pass ("not built yet" features are listed, not counted).
+# stages that did not pass ("not built yet" features and "not applicable"
+# stages are listed, not counted).
 finish() {
-    local failed=0 i first=1
+    local failed=0 i args=()
     for i in "${!names[@]}"; do
-        case ${states[$i]} in pass | "not built yet") ;; *) failed=$((failed + 1)) ;; esac
+        case ${states[$i]} in pass | "not built yet" | "not applicable") ;; *) failed=$((failed + 1)) ;; esac
     done
-    {
-        printf '{"kit": "tests/gpu/run.sh", "mode": "%s", "budget_s": %d, "elapsed_s": %d, ' \
-            "$([ $build_only = 1 ] && echo build-only || echo full)" "$budget" "$(($(date +%s) - t0))"
-        printf '"failed_stages": %d, "result": "%s", "host": {' "$failed" \
-            "$([ $failed = 0 ] && echo pass || echo fail)"
-        for i in "${!host_keys[@]}"; do
-            [ $first = 1 ] || printf ', '
-            first=0
-            printf '"%s": "%s"' "${host_keys[$i]}" "$(json_escape "${host_vals[$i]}")"
-        done
-        printf '}, "stages": ['
-        for i in "${!names[@]}"; do
-            [ "$i" = 0 ] || printf ', '
-            printf '{"name": "%s", "status": "%s", "seconds": %d, "note": "%s"}' "${names[$i]}" \
-                "${states[$i]}" "${secs[$i]}" "$(json_escape "${notes[$i]}")"
-        done
-        printf '], "bench": %s, "torch": %s}\n' "$(json_file_if bench "$build/gpu-bench.json")" \
-            "$(json_file_if torch "$build/gpu-torch.json")"
-    } >"$summary"
+    for i in "${!host_keys[@]}"; do args+=("${host_keys[$i]}" "${host_vals[$i]}"); done
+    for i in "${!names[@]}"; do args+=("${names[$i]}" "${states[$i]}" "${secs[$i]}" "${notes[$i]}"); done
+    # python3 writes the JSON (any text escaped); without it there is none.
+    if ! python3 tests/gpu/summary.py "$summary" "$([ $build_only = 1 ] && echo build-only || echo full)" \
+        "$budget" "$(($(date +%s) - t0))" "$failed" "$build/gpu-bench.json" "$build/gpu-torch.json" \
+        "${#host_keys[@]}" "${args[@]}"; then
+        echo "=== run.sh: python3 could not write $summary"
+        rm -f "$summary"
+        failed=$((failed + 1))
+    fi
     echo
     echo "=== summary ($summary, log $log) ==="
     for i in "${!names[@]}"; do
@@ -250,8 +228,14 @@ print(next(iter(sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/*/lib
 fi
 generator=() # Ninja where there is one, unless the build directory has another
 [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null && generator=(-G Ninja)
+# The CUDA plugin is built where nvcc is, and always outside --build-only
+# (there a missing nvcc fails the configure stage).
+cuda=ON
+if [ $build_only = 1 ] && [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null; then
+    cuda=OFF
+fi
 run_stage configure 120 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DLLMT_CUDA=ON -DLLMT_WERROR=OFF -DLLMT_CUDA_ARCHITECTURES="$arch-real" \
+    -DLLMT_CUDA=$cuda -DLLMT_WERROR=OFF -DLLMT_CUDA_ARCHITECTURES="$arch-real" \
     -DPKG_CONFIG_EXECUTABLE="$GPU_DEPS_PKG_CONFIG" "${cmake_cuda[@]}" || finish
 run_stage build 300 cmake --build "$build" -j"$jobs"
 build_rc=$?
@@ -275,8 +259,12 @@ check_plugin() {
 }
 export -f check_plugin
 export plugin arch
-stage_note="$(ldd "$plugin" 2>/dev/null | awk '/cublasLt/ {print "libcublasLt: " $3}')"
-run_stage plugin 30 bash -c check_plugin
+if [ $cuda = OFF ]; then
+    record plugin "not applicable" 0 "no nvcc: built without the CUDA plugin (--build-only)"
+else
+    stage_note="$(ldd "$plugin" 2>/dev/null | awk '/cublasLt/ {print "libcublasLt: " $3}')"
+    run_stage plugin 30 bash -c check_plugin
+fi
 
 # The CPU half of the op tests (OpenBLAS), the config parser (libyaml),
 # safetensors (xxHash): the prefix's libraries load and work here.
@@ -319,10 +307,11 @@ gpu_stage torch 240 env LD_LIBRARY_PATH="$ld_path_before" PYTHONUNBUFFERED=1 \
     python3 tests/gpu/torch_side_by_side.py --steps 5 --json "$build/gpu-torch.json"
 gpu_stage racecheck 120 bash -c 'sanitize racecheck --racecheck-report hazard'
 
-# The rest of the suite (the CPU tests, the tools, the API checks). The
+# The rest of the suite (the CPU tests, the tools, the API checks), less
+# the check of prepare.sh, which runs where the .debs are fetched. The
 # Python binding's tests run under /usr/bin/python3 (tests/CMakeLists.txt):
 # left out, and said so, only where that interpreter has no pytest.
-exclude='test_ops_cuda|test_cuda_model|gpu_require_cuda'
+exclude='test_ops_cuda|test_cuda_model|gpu_require_cuda|gpu_prepare_no_lists'
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
     exclude+='|python_binding'
     stage_note="python_binding not run: /usr/bin/python3 has no pytest"

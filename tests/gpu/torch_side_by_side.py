@@ -194,20 +194,37 @@ def compile_in_child(steps, gemm_rate, start_s, total_s):
     """torch.compile in a fresh process: its result, or why there is none."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child-compile", "--steps", str(steps),
            "--gemm-rate", repr(gemm_rate)]
+    return run_compile_child(cmd, start_s, total_s)
+
+
+def run_compile_child(cmd, start_s, total_s):
+    """Runs cmd, the compiling child: waits at most start_s seconds for its
+    COMPILED_MARK line, no longer once its output ends (it died: a child that
+    fails at once costs no waiting), then at most total_s for it to finish;
+    its result (its JSON line), or why there is none."""
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    started = threading.Event()
+    started = threading.Event()  # the mark was printed
+    settled = threading.Event()  # the mark was printed, or the output ended
     lines = []
 
     def read():
-        for line in child.stdout:
-            lines.append(line)
-            if line.startswith(COMPILED_MARK):
-                started.set()
+        try:
+            for line in child.stdout:
+                lines.append(line)
+                if line.startswith(COMPILED_MARK):
+                    started.set()
+                    settled.set()
+        finally:
+            settled.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    if not started.wait(start_s):
-        code = child.poll()  # None: still compiling
+    settled.wait(start_s)
+    if not started.is_set():
+        try:  # its output ended: it has exited or is exiting
+            code = child.wait(5) if settled.is_set() else None
+        except subprocess.TimeoutExpired:
+            code = None
         child.kill()
         child.wait()
         reader.join(5)
