@@ -51,8 +51,8 @@ def installed():
 
 
 def closure(start, pkgs, provides):
-    """start and every installed package it depends on (all installed
-    alternatives of an `a | b` dependency)."""
+    """start (installed packages only) and every installed package it
+    depends on (all installed alternatives of an `a | b` dependency)."""
     seen, todo = set(), list(start)
     while todo:
         p = todo.pop()
@@ -73,7 +73,10 @@ def main(argv):
     absent = [p for p in dev if p not in pkgs]
     if absent:
         sys.exit(f"bare_packages: not installed: {' '.join(absent)} (run tools/install-deps.sh)")
-    bare = closure([p for p, (base, _) in pkgs.items() if base] + BARE_MACHINE, pkgs, provides)
+    # What a bare machine has that dpkg did not install here has nothing to take away.
+    bare_start = ([p for p, (base, _) in pkgs.items() if base]
+                  + [p for p in BARE_MACHINE if p in pkgs])
+    bare = closure(bare_start, pkgs, provides)
     print("\n".join(sorted(closure(dev, pkgs, provides) - bare)))
 
 

@@ -9,8 +9,12 @@ bytes that are not UTF-8: replaced by U+FFFD).
 NHOST pairs describe the host; every four arguments after them are one
 stage. BENCH_JSON and TORCH_JSON (the benchmark's and PyTorch's results)
 are embedded when the stage of that name passed and the file parses, else
-null: a broken file must not break the summary."""
+null: a broken file must not break the summary. Their non-finite numbers
+(NaN, +-Infinity, or a literal beyond a double such as 1e999, which
+Python's json reads as inf) become null, which JSON can say: PyTorch's loss
+starts at NaN."""
 import json
+import math
 import os
 import sys
 
@@ -19,12 +23,23 @@ def text(arg):
     return os.fsencode(arg).decode("utf-8", "replace")
 
 
+def finite(value):
+    """value with every non-finite float in it (at any depth) as None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
 def result_file(stages, name, path):
     if not any(s["name"] == name and s["status"] == "pass" for s in stages):
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return finite(json.load(f))
     except (OSError, ValueError):
         return None
 
@@ -48,7 +63,9 @@ def main(argv):
                "bench": result_file(stages, "bench", bench),
                "torch": result_file(stages, "torch", torch)}
     with open(path, "w", encoding="ascii") as f:
-        json.dump(summary, f)  # ensure_ascii: every character beyond ASCII escaped
+        # ensure_ascii: every character beyond ASCII escaped; allow_nan=False:
+        # a non-finite number left would raise here rather than write NaN.
+        json.dump(summary, f, allow_nan=False)
         f.write("\n")
 
 

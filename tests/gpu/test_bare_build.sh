@@ -26,7 +26,8 @@
 # applicable"; device and the GPU stages are not part of this check).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build=$PWD/${1:-build/gpu-bare}
+build=${1:-build/gpu-bare}
+case $build in /*) ;; *) build=$PWD/$build ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "test_bare_build.sh: needs root (unshare -m, mount)"; exit 1; }
 ls .gpu-deps/*.deb >/dev/null 2>&1 || { echo "test_bare_build.sh: no .gpu-deps: run tests/gpu/prepare.sh"; exit 1; }
 list=$(python3 tests/gpu/bare_packages.py tools/install-deps.sh) # exits here if it fails
@@ -37,7 +38,10 @@ echo "hiding ${packages[*]}"
 not_carried=$(comm -23 <(printf '%s\n' "${packages[@]}" | sort) \
     <(printf '%s\n' "${GPU_DEPS_PACKAGES[@]}" | sort) | tr '\n' ' ')
 echo "of which the kit does not carry (the build must not need them): ${not_carried:-none}"
-mapfile -t hide < <(dpkg -L "${packages[@]}" | sort -u)
+# Captured first: a failing `dpkg -L` (a package it cannot list) stops the
+# check here, rather than leaving that package's files visible.
+files=$(dpkg -L "${packages[@]}") || { echo "test_bare_build.sh: dpkg -L failed (above)"; exit 1; }
+mapfile -t hide < <(sort -u <<<"$files")
 rm -rf "$build"
 mkdir -p "$build"
 

@@ -5,6 +5,10 @@
 # an nvidia-smi that prints quotes, a backslash, control characters and a
 # byte that is not UTF-8; the summary must parse and hold that line (the
 # byte as U+FFFD), with device passed and deps failed, exit status 1.
+# Then summary.py alone, given passed bench and torch stages whose results
+# hold NaN, Infinity, -Infinity and 1e999 (PyTorch's loss starts at NaN):
+# the summary must parse as strict JSON, with those numbers null and the
+# finite ones kept.
 #
 #   test_kit_summary.sh SOURCE_DIR
 set -uo pipefail
@@ -41,4 +45,24 @@ if st["device"]["status"] != "pass" or st["device"]["note"] != want:
 if st.get("deps", {}).get("status") != "fail" or s["failed_stages"] != 1 or s["result"] != "fail":
     sys.exit(f"expected deps failed and one failed stage: {s['stages']!r}")
 print("PASS: the summary parses and keeps the nvidia-smi line exactly")
+PY
+
+printf '{"mfu": 0.41, "loss": NaN, "peak": {"act": [1, Infinity, -Infinity]}}\n' >"$tmp/bench.json"
+printf '{"eager": {"loss": NaN, "tokens_per_s": 1e999, "steps": 5}}\n' >"$tmp/torch.json"
+python3 "$src/tests/gpu/summary.py" "$tmp/nan-summary.json" full 480 60 0 "$tmp/bench.json" \
+    "$tmp/torch.json" 0 bench pass 10 "" torch pass 20 "" || fail "summary.py with NaN results"
+python3 - "$tmp/nan-summary.json" <<'PY' || fail "the summary of results with NaN"
+import json, sys
+def strict(word):
+    raise ValueError(f"{word} is not JSON")
+raw = open(sys.argv[1], encoding="ascii").read()
+try:
+    s = json.loads(raw, parse_constant=strict)
+except ValueError as e:
+    sys.exit(f"gpu-summary.json is not strict JSON: {e}: {raw[:400]!r}")
+want_bench = {"mfu": 0.41, "loss": None, "peak": {"act": [1, None, None]}}
+want_torch = {"eager": {"loss": None, "tokens_per_s": None, "steps": 5}}
+if s["bench"] != want_bench or s["torch"] != want_torch:
+    sys.exit(f"bench {s['bench']!r}, torch {s['torch']!r}; expected {want_bench!r}, {want_torch!r}")
+print("PASS: non-finite results are null in a strict JSON summary")
 PY
