@@ -27,7 +27,16 @@ typedef enum llmt_precision {
     LLMT_PRECISION_BF16_PURE = 3   /* bf16 weights and moments, stochastic rounding */
 } llmt_precision;
 
-#define LLMT_MODEL_CONFIG_VERSION 1
+/* RoPE frequency scaling (llmt_model_config.rope_scaling). */
+typedef enum llmt_rope_scaling {
+    LLMT_ROPE_SCALING_NONE = 0,  /* inv_freq[i] = theta^(-2i / head_dim) */
+    LLMT_ROPE_SCALING_LLAMA3 = 1 /* Llama 3.1's: low frequencies divided by rope_factor,
+                                    a smooth blend between (docs/model.md) */
+} llmt_rope_scaling;
+
+/* Version 2 appended the RoPE scaling fields; version 1 structs (which end
+ * at precision) are still accepted, as having no scaling. */
+#define LLMT_MODEL_CONFIG_VERSION 2
 
 typedef struct llmt_model_config {
     uint32_t version;     /* LLMT_MODEL_CONFIG_VERSION */
@@ -42,12 +51,22 @@ typedef struct llmt_model_config {
     float rope_theta;     /* RoPE base */
     int32_t tie_embeddings; /* 1: the LM head is the embedding matrix */
     int32_t precision;      /* llmt_precision */
+    /* Version 2. The llama3 fields are read only when rope_scaling is
+     * LLMT_ROPE_SCALING_LLAMA3 (Hugging Face rope_scaling {"rope_type":
+     * "llama3", "factor", "low_freq_factor", "high_freq_factor",
+     * "original_max_position_embeddings"}). */
+    int32_t rope_scaling;          /* llmt_rope_scaling */
+    float rope_factor;             /* >= 1 */
+    float rope_low_freq_factor;    /* > 0 */
+    float rope_high_freq_factor;   /* > rope_low_freq_factor */
+    int32_t rope_original_max_len; /* >= 1: the context length trained before scaling */
 } llmt_model_config;
 
 /* A small default (vocab 256 bytes, d 128, 2 layers, 4 heads, 2 kv heads,
- * ffn 384, seq 256, eps 1e-5, theta 10000, untied, FP32). */
+ * ffn 384, seq 256, eps 1e-5, theta 10000, untied, FP32, no RoPE scaling). */
 #define LLMT_MODEL_CONFIG_INIT \
-    {LLMT_MODEL_CONFIG_VERSION, 256, 128, 2, 4, 2, 384, 256, 1e-5f, 10000.0f, 0, LLMT_PRECISION_FP32}
+    {LLMT_MODEL_CONFIG_VERSION, 256, 128, 2, 4, 2, 384, 256, 1e-5f, 10000.0f, 0, \
+     LLMT_PRECISION_FP32, LLMT_ROPE_SCALING_NONE, 0.0f, 0.0f, 0.0f, 0}
 
 /* Fills cfg with the defaults of LLMT_MODEL_CONFIG_INIT. */
 LLMT_API void llmt_model_config_init(llmt_model_config *cfg);
@@ -67,9 +86,11 @@ LLMT_API int llmt_model_create(llmt_model **out, llmt_context *ctx, const llmt_m
 /* Creates a model on ctx from a file that says what it is, and loads its
  * weights: path is either a safetensors file whose __metadata__ holds the
  * configuration under "llmt.model_config" (llmt_model_save_safetensors and
- * checkpoints write it), or a checkpoint directory (step-NNNNNNNN, e.g. from
+ * checkpoints write it), a checkpoint directory (step-NNNNNNNN, e.g. from
  * llmt_ckpt_path), whose MANIFEST gives the configuration and whose
- * model.safetensors must match the manifest's size and checksum. precision is
+ * model.safetensors must match the manifest's size and checksum, or a
+ * directory holding a config.json, read as llmt_model_create_from_hf does
+ * (without its notes). precision is
  * an llmt_precision, or LLMT_PRECISION_AS_SAVED for the one the file records;
  * weights are converted as llmt_model_load_safetensors does (exact when the
  * precision is the saved one). Only the weights are loaded: to resume
@@ -78,6 +99,58 @@ LLMT_API int llmt_model_create(llmt_model **out, llmt_context *ctx, const llmt_m
  * naming the file, and those of llmt_model_create and
  * llmt_model_load_safetensors. The model is the caller's (llmt_model_free). */
 LLMT_API int llmt_model_create_from_file(llmt_model **out, llmt_context *ctx, const char *path, int32_t precision);
+
+/* Creates a model on ctx from a Hugging Face model directory (LlamaForCausalLM):
+ * the architecture from dir/config.json, the weights from dir/model.safetensors
+ * or from the shards that dir/model.safetensors.index.json names (F32, BF16
+ * or F16). What config.json may say is in docs/interop.md; anything this
+ * library does not implement (another architecture or model_type, a
+ * rope_scaling type other than llama3, attention or MLP biases, another
+ * activation, a head_dim other than hidden_size / num_attention_heads) is
+ * refused with LLMT_EUNSUPPORTED naming the key. Every parameter must be
+ * present exactly once; tensors that are not parameters but are implied by
+ * config.json (rotary_emb.inv_freq, lm_head.weight of a tied model) are
+ * skipped, each with a line in notes (caller buffer of notes_cap bytes,
+ * NUL-terminated, cut to fit; NULL with 0 when not wanted). precision is an
+ * llmt_precision, or LLMT_PRECISION_AS_SAVED: FP32 for F32 weights,
+ * BF16_MIXED for BF16, FP16_MIXED for F16. Errors: LLMT_EINVAL (arguments, a
+ * missing or extra tensor, a shape), LLMT_EUNSUPPORTED, LLMT_EIO and
+ * LLMT_ECORRUPT naming the file and key or tensor, and those of
+ * llmt_model_create. The model is the caller's (llmt_model_free). */
+LLMT_API int llmt_model_create_from_hf(llmt_model **out, llmt_context *ctx, const char *dir, int32_t precision, char *notes, size_t notes_cap);
+
+#define LLMT_HF_EXPORT_OPTIONS_VERSION 1
+
+/* How llmt_model_export_hf writes a directory. */
+typedef struct llmt_hf_export_options {
+    uint32_t version;         /* LLMT_HF_EXPORT_OPTIONS_VERSION */
+    int32_t dtype;            /* LLMT_DTYPE_F32, _BF16 or _F16: weights on disk and torch_dtype */
+    uint64_t max_shard_bytes; /* 0: one model.safetensors; else shards of at most this
+                                 many tensor bytes (a larger tensor gets a shard alone) */
+    const char *tokenizer_dir; /* NULL, or a directory whose tokenizer files are copied */
+    int32_t bos_token_id;     /* written to config.json; -1 writes null */
+    int32_t eos_token_id;     /* likewise */
+} llmt_hf_export_options;
+
+/* BF16 weights, one file, no tokenizer, no BOS/EOS ids. */
+#define LLMT_HF_EXPORT_OPTIONS_INIT \
+    {LLMT_HF_EXPORT_OPTIONS_VERSION, LLMT_DTYPE_BF16, 0, NULL, -1, -1}
+
+/* Fills opts with the defaults of LLMT_HF_EXPORT_OPTIONS_INIT. */
+LLMT_API void llmt_hf_export_options_init(llmt_hf_export_options *opts);
+
+/* Writes the model as a Hugging Face directory that
+ * LlamaForCausalLM.from_pretrained(dir) loads: config.json, the weights
+ * (model.safetensors, or model-0000k-of-0000n.safetensors shards and
+ * model.safetensors.index.json) and, from opts->tokenizer_dir, whichever of
+ * tokenizer.json, tokenizer.model, tokenizer_config.json,
+ * special_tokens_map.json and added_tokens.json exist. Everything is
+ * written and synced in a temporary directory beside dir, which is then
+ * renamed to dir: dir must not exist, or be an empty directory, and a
+ * failure leaves no dir behind. opts may be NULL (the defaults). Errors:
+ * LLMT_EINVAL (arguments, options, dir exists and is not empty),
+ * LLMT_EVERSION, LLMT_EIO naming the file, LLMT_ENOMEM. */
+LLMT_API int llmt_model_export_hf(const llmt_model *model, const char *dir, const llmt_hf_export_options *opts);
 
 /* Releases a model and everything it allocated; NULL is accepted. */
 LLMT_API void llmt_model_free(llmt_model *model);

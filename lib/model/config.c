@@ -1,5 +1,7 @@
 /* Model configuration: defaults, validation, derived dimensions. */
 #include <math.h>
+#include <stddef.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "model/model_internal.h"
@@ -47,6 +49,44 @@ void llmt_dims_from_config(const llmt_model_config *c, llmt_dims *d)
                              (int)cfg->field, (int)(lo), (int)(hi));                      \
     } while (0)
 
+/* Bytes of a version 1 configuration: everything up to the RoPE scaling fields. */
+#define CONFIG_V1_BYTES offsetof(llmt_model_config, rope_scaling)
+
+int llmt_model_config_upgrade(const llmt_model_config *in, llmt_model_config *out, const char *fn)
+{
+    if (in->version != 1 && in->version != LLMT_MODEL_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows 1..%u", fn,
+                         in->version, LLMT_MODEL_CONFIG_VERSION);
+    llmt_model_config_init(out);
+    /* A version 1 struct ends before the scaling fields: read only its bytes. */
+    memcpy(out, in, in->version == 1 ? CONFIG_V1_BYTES : sizeof *out);
+    out->version = LLMT_MODEL_CONFIG_VERSION;
+    return llmt_model_config_check(out, fn);
+}
+
+/* The llama3 scaling fields, when rope_scaling asks for them. */
+static int check_rope_scaling(const llmt_model_config *cfg, const char *fn)
+{
+    if (cfg->rope_scaling == LLMT_ROPE_SCALING_NONE)
+        return LLMT_OK;
+    if (cfg->rope_scaling != LLMT_ROPE_SCALING_LLAMA3)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->rope_scaling = %d (must be NONE %d or LLAMA3 %d)",
+                         fn, cfg->rope_scaling, LLMT_ROPE_SCALING_NONE, LLMT_ROPE_SCALING_LLAMA3);
+    if (!(cfg->rope_factor >= 1.0f && isfinite(cfg->rope_factor)))
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->rope_factor = %g (must be >= 1)", fn,
+                         (double)cfg->rope_factor);
+    if (!(cfg->rope_low_freq_factor > 0.0f && isfinite(cfg->rope_low_freq_factor)))
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->rope_low_freq_factor = %g (must be > 0)", fn,
+                         (double)cfg->rope_low_freq_factor);
+    if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor &&
+          isfinite(cfg->rope_high_freq_factor)))
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->rope_high_freq_factor = %g (must be > "
+                         "rope_low_freq_factor = %g)", fn, (double)cfg->rope_high_freq_factor,
+                         (double)cfg->rope_low_freq_factor);
+    CHECK_RANGE(rope_original_max_len, 1, MAX_DIM);
+    return LLMT_OK;
+}
+
 int llmt_model_config_check(const llmt_model_config *cfg, const char *fn)
 {
     if (cfg->version != LLMT_MODEL_CONFIG_VERSION)
@@ -76,5 +116,5 @@ int llmt_model_config_check(const llmt_model_config *cfg, const char *fn)
     if (!(cfg->rope_theta > 1.0f && isfinite(cfg->rope_theta)))
         return llmt_fail(LLMT_EINVAL, "%s: cfg->rope_theta = %g (must be > 1)", fn,
                          (double)cfg->rope_theta);
-    return LLMT_OK;
+    return check_rope_scaling(cfg, fn);
 }

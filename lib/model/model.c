@@ -23,9 +23,11 @@ int llmt_model_create(llmt_model **out, llmt_context *ctx, const llmt_model_conf
     *out = NULL;
     if (!ctx || !cfg)
         return llmt_fail(LLMT_EINVAL, "llmt_model_create: %s is NULL", ctx ? "cfg" : "ctx");
-    int rc = llmt_model_config_check(cfg, "llmt_model_create");
+    llmt_model_config c;
+    int rc = llmt_model_config_upgrade(cfg, &c, "llmt_model_create");
     if (rc)
         return rc;
+    cfg = &c;
     if (!backend_has_model_ops(llmt_ops(ctx)))
         return llmt_fail(LLMT_EUNSUPPORTED, "llmt_model_create: the %s backend does not "
                          "implement the model's ops yet", llmt_ops(ctx)->name);

@@ -1,7 +1,8 @@
 /* Creating a model from what a file says of it: a safetensors file whose
  * __metadata__ holds the configuration (llmt_model_save_safetensors and
- * checkpoints write it), or a checkpoint directory (its MANIFEST holds the
- * configuration and the checksum of model.safetensors). */
+ * checkpoints write it), a checkpoint directory (its MANIFEST holds the
+ * configuration and the checksum of model.safetensors), or a Hugging Face
+ * directory (its config.json; hf_import.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "ckpt/store_internal.h"
 #include "core/error.h"
 #include "model/config_json.h"
+#include "model/hf_internal.h"
 
 /* The metadata key holding the model configuration as JSON (as model_io.c). */
 #define CONFIG_KEY "llmt.model_config"
@@ -81,7 +83,9 @@ int llmt_model_create_from_file(llmt_model **out, llmt_context *ctx, const char 
     llmt_model_config cfg;
     char *weights = NULL;
     int rc;
-    if (S_ISDIR(st.st_mode)) {
+    if (S_ISDIR(st.st_mode) && llmt_hf_is_model_dir(path)) {
+        return llmt_model_create_from_hf(out, ctx, path, precision, NULL, 0);
+    } else if (S_ISDIR(st.st_mode)) {
         rc = config_of_checkpoint(path, &cfg, &weights);
     } else if (S_ISREG(st.st_mode)) {
         rc = (weights = strdup(path)) ? config_of_file(path, &cfg)

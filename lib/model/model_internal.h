@@ -43,8 +43,13 @@ void llmt_dims_from_config(const llmt_model_config *cfg, llmt_dims *out);
 /* Storage dtype of parameters, gradients and activations for a precision. */
 int llmt_precision_dtype(int precision);
 
-/* Validates cfg, naming the field at fault. */
+/* Validates cfg (of the current version), naming the field at fault. */
 int llmt_model_config_check(const llmt_model_config *cfg, const char *fn);
+
+/* Copies a caller's configuration of any known version into *out as the
+ * current version (fields a version lacks take their defaults), then
+ * validates it. */
+int llmt_model_config_upgrade(const llmt_model_config *in, llmt_model_config *out, const char *fn);
 
 /* The activations of a layer, in their arena order. */
 /* ACT_ATTN is what attention keeps for backward (backend-defined), ACT_ATT

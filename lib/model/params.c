@@ -91,16 +91,37 @@ size_t llmt_model_constant_bytes(const llmt_model_config *cfg)
            sizeof(float);
 }
 
+/* The inverse frequency of rotation pair i: theta^(-2i / head_dim), then,
+ * with llama3 scaling (Hugging Face's _compute_llama3_parameters), wavelengths
+ * longer than original_max_len / low_freq_factor divided by factor, shorter
+ * than original_max_len / high_freq_factor kept, and those between blended
+ * linearly in original_max_len / wavelength. In double throughout. */
+static double rope_inv_freq(const llmt_model_config *c, int64_t i, int64_t head_dim)
+{
+    double inv = pow((double)c->rope_theta, -2.0 * (double)i / (double)head_dim);
+    if (c->rope_scaling != LLMT_ROPE_SCALING_LLAMA3)
+        return inv;
+    const double pi = 3.14159265358979323846;
+    double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    double old_len = (double)c->rope_original_max_len, wavelen = 2.0 * pi / inv;
+    if (wavelen < old_len / hi)
+        return inv;
+    if (wavelen > old_len / lo)
+        return inv / factor;
+    double smooth = (old_len / wavelen - lo) / (hi - lo);
+    return (1.0 - smooth) * inv / factor + smooth * inv;
+}
+
 int llmt_model_init_rope(llmt_model *m)
 {
     int64_t half = m->dims.head_dim / 2, seq = m->dims.max_seq;
     float *table = malloc(llmt_model_constant_bytes(&m->cfg));
     if (!table)
         return llmt_fail(LLMT_ENOMEM, "llmt_model_create: out of host memory");
-    /* inv_freq[i] = theta^(-2i / head_dim), computed in double then rounded. */
+    /* cos and sin of pos * inv_freq, computed in double then rounded. */
     for (int64_t pos = 0; pos < seq; pos++)
         for (int64_t i = 0; i < half; i++) {
-            double inv_freq = pow((double)m->cfg.rope_theta, -2.0 * (double)i / (double)m->dims.head_dim);
+            double inv_freq = rope_inv_freq(&m->cfg, i, m->dims.head_dim);
             double angle = (double)pos * inv_freq;
             table[(2 * pos) * half + i] = (float)cos(angle);
             table[(2 * pos + 1) * half + i] = (float)sin(angle);

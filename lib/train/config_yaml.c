@@ -45,6 +45,7 @@ typedef struct field {
 static const char *const precision_names[] = {"fp32", "bf16_mixed", "fp16_mixed", "bf16_pure", NULL};
 static const char *const schedule_names[] = {"constant", "cosine", "linear", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
+static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
 
 #define OFF(f) offsetof(llmt_train_config, f)
 #define BIG 1e15
@@ -59,6 +60,12 @@ static const field fields[] = {
     {"model", "rms_norm_eps", K_F32, OFF(model.rms_norm_eps), 1e-12, 0.5, NULL},
     {"model", "rope_theta", K_F32, OFF(model.rope_theta), 1.0001, 1e9, NULL},
     {"model", "tie_embeddings", K_BOOL, OFF(model.tie_embeddings), 0, 1, NULL},
+    /* RoPE scaling: the llama3 numbers are checked with the model (0 unused). */
+    {"model", "rope_scaling", K_ENUM, OFF(model.rope_scaling), 0, 1, rope_scaling_names},
+    {"model", "rope_factor", K_F32, OFF(model.rope_factor), 0, 1e6, NULL},
+    {"model", "rope_low_freq_factor", K_F32, OFF(model.rope_low_freq_factor), 0, 1e6, NULL},
+    {"model", "rope_high_freq_factor", K_F32, OFF(model.rope_high_freq_factor), 0, 1e6, NULL},
+    {"model", "rope_original_max_len", K_I32, OFF(model.rope_original_max_len), 0, 1 << 20, NULL},
     {NULL, "precision", K_ENUM, OFF(model.precision), 0, 3, precision_names},
     {"optimizer", "lr", K_F64, OFF(optimizer.lr), 1e-12, 10, NULL},
     {"optimizer", "beta1", K_F64, OFF(optimizer.beta1), 0, 0.999999, NULL},

@@ -379,7 +379,7 @@ static void test_invalid_arguments(void **state)
     assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "hidden_size = 18");
     c = tiny_config(0);
-    c.version = 2;
+    c.version = LLMT_MODEL_CONFIG_VERSION + 1;
     assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_EVERSION);
     c = tiny_config(0);
     c.rms_norm_eps = 0.0f;

@@ -80,11 +80,21 @@ class llmt_rng_state(Structure):
 # ---- model.h
 
 class llmt_model_config(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32), ("vocab_size", c_int32), ("hidden_size", c_int32),
                 ("num_layers", c_int32), ("num_heads", c_int32), ("num_kv_heads", c_int32),
                 ("ffn_size", c_int32), ("max_seq_len", c_int32), ("rms_norm_eps", c_float),
-                ("rope_theta", c_float), ("tie_embeddings", c_int32), ("precision", c_int32)]
+                ("rope_theta", c_float), ("tie_embeddings", c_int32), ("precision", c_int32),
+                ("rope_scaling", c_int32), ("rope_factor", c_float),
+                ("rope_low_freq_factor", c_float), ("rope_high_freq_factor", c_float),
+                ("rope_original_max_len", c_int32)]
+
+
+class llmt_hf_export_options(Structure):
+    VERSION = 1
+    _fields_ = [("version", c_uint32), ("dtype", c_int32), ("max_shard_bytes", c_uint64),
+                ("tokenizer_dir", c_char_p), ("bos_token_id", c_int32),
+                ("eos_token_id", c_int32)]
 
 
 class llmt_tensor_info(Structure):
@@ -241,7 +251,8 @@ llmt_log_callback = CFUNCTYPE(None, c_void_p, c_char_p)
 
 # Every struct whose layout the sync test checks against the headers.
 STRUCTS = (llmt_context_config, llmt_memory_stats, llmt_rng_state, llmt_model_config,
-           llmt_tensor_info, llmt_loss_scaler_config, llmt_loss_scaler_state,
+           llmt_tensor_info, llmt_hf_export_options, llmt_loss_scaler_config,
+           llmt_loss_scaler_state,
            llmt_optimizer_config, llmt_update_report, llmt_plan_config, llmt_plan,
            llmt_train_config, llmt_tokenize_report, llmt_loader_config, llmt_loader_state,
            llmt_ckpt_store_config, llmt_train_state, llmt_trainer_parts, llmt_trainer_config,

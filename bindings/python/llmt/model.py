@@ -10,8 +10,15 @@ from ._convert import (DTYPES, PRECISIONS, dtype_name, enum, fill_struct, float3
 from ._handle import Handle
 from ._lib import lib
 
+# llmt_rope_scaling, by name.
+ROPE_SCALINGS = ("none", "llama3")
+
 _MODEL_CONVERTERS = {"precision": lambda v: enum(v, PRECISIONS, "precision"),
-                     "tie_embeddings": int}
+                     "tie_embeddings": int,
+                     "rope_scaling": lambda v: enum(v, ROPE_SCALINGS, "rope_scaling")}
+
+# Bytes of the notes buffer of llmt_model_create_from_hf.
+_HF_NOTES_BYTES = 1 << 16
 
 
 def model_config(source):
@@ -38,7 +45,9 @@ class Model(Handle):
     Keyword arguments are the fields of llmt_model_config over its defaults:
     vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, ffn_size,
     max_seq_len, rms_norm_eps, rope_theta, tie_embeddings, precision ("fp32",
-    "bf16_mixed", "fp16_mixed", "bf16_pure"). Parameters are initialised from
+    "bf16_mixed", "fp16_mixed", "bf16_pure"), rope_scaling ("none", "llama3")
+    with rope_factor, rope_low_freq_factor, rope_high_freq_factor and
+    rope_original_max_len. Parameters are initialised from
     the context's seed. Tokens are int32 arrays of shape (batch, seq_len);
     parameters and gradients are float32 arrays of the tensor's shape.
     """
@@ -66,6 +75,42 @@ class Model(Handle):
         return self
 
     @classmethod
+    def from_hf(cls, context, path, precision=None):
+        """A model from a Hugging Face directory (LlamaForCausalLM): the
+        architecture from its config.json, the weights from model.safetensors
+        or the shards of model.safetensors.index.json. ``precision`` (a name
+        as for Model) defaults to the weights' dtype (F32: "fp32", BF16:
+        "bf16_mixed", F16: "fp16_mixed"). The lines saying which tensors were
+        skipped (rotary_emb.inv_freq, ...) are in ``import_notes``."""
+        code = -1 if precision is None else enum(precision, PRECISIONS, "precision")
+        out = ctypes.POINTER(S.llmt_model)()
+        notes = ctypes.create_string_buffer(_HF_NOTES_BYTES)
+        lib.llmt_model_create_from_hf(ctypes.byref(out), context._ptr, path_bytes(path), code,
+                                      notes, len(notes))
+        self = cls.__new__(cls)
+        self._attach(out, lib.llmt_model_free, (context,))
+        self.context = context
+        self.import_notes = notes.value.decode("utf-8", "replace").splitlines()
+        return self
+
+    def export_hf(self, path, dtype="BF16", max_shard_bytes=0, tokenizer_dir=None,
+                  bos_token_id=None, eos_token_id=None):
+        """Writes a Hugging Face directory at ``path`` (which must not exist, or
+        be empty) that ``LlamaForCausalLM.from_pretrained`` loads: config.json,
+        the weights in ``dtype`` ("F32", "BF16" or "F16"), in shards of at most
+        ``max_shard_bytes`` tensor bytes when not 0 (with
+        model.safetensors.index.json), and the tokenizer files found in
+        ``tokenizer_dir``. Written in a temporary directory and renamed into
+        place."""
+        opts = init_struct(S.llmt_hf_export_options, lib.llmt_hf_export_options_init)
+        opts.dtype = enum(dtype, DTYPES, "dtype")
+        opts.max_shard_bytes = int(max_shard_bytes)
+        opts.tokenizer_dir = None if tokenizer_dir is None else path_bytes(tokenizer_dir)
+        opts.bos_token_id = -1 if bos_token_id is None else int(bos_token_id)
+        opts.eos_token_id = -1 if eos_token_id is None else int(eos_token_id)
+        lib.llmt_model_export_hf(self._ptr, path_bytes(path), ctypes.byref(opts))
+
+    @classmethod
     def _borrow(cls, ptr, owner, context):
         """A Model over a handle ``owner`` owns (a trainer's model)."""
         self = cls.__new__(cls)
@@ -77,7 +122,8 @@ class Model(Handle):
     def config(self):
         """The configuration as a dict of llmt_model_config fields."""
         cfg = model_config(self)
-        return struct_dict(cfg, {"precision": lambda v: PRECISIONS[v]})
+        return struct_dict(cfg, {"precision": lambda v: PRECISIONS[v],
+                                 "rope_scaling": lambda v: ROPE_SCALINGS[v]})
 
     @property
     def num_params(self):
