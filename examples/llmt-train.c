@@ -13,7 +13,7 @@
  * DIR and its parents are created, and locked against a second llmt-train.
  * Run again with the same --out, it resumes from the newest valid
  * checkpoint; checkpoints none of which verify are an error unless
- * --start-over, which sets them aside (step-N.refused-TIME). SIGINT (Ctrl-C) and SIGTERM save a checkpoint and stop
+ * --start-over, which sets them aside (step-N.refused-XXXXXX). SIGINT (Ctrl-C) and SIGTERM save a checkpoint and stop
  * (exit 130 and 143); before training starts they stop without training.
  * The fast tier goes to /dev/shm (memory) unless the configuration names a
  * directory; that default one is removed when the run ends with its durable
@@ -115,7 +115,7 @@ static void usage(FILE *f)
             "  --no-resume   fail if DIR already holds checkpoints\n"
             "  --start-over  train from step 0 although DIR holds checkpoints, none of\n"
             "                which verifies (refused when one does); they are renamed\n"
-            "                step-N.refused-TIME and kept\n"
+            "                step-N.refused-XXXXXX and kept\n"
             "  --version     print the library version\n"
             "SIGINT and SIGTERM save a checkpoint and stop (exit 130, 143).\n");
 }

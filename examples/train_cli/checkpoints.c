@@ -55,7 +55,7 @@ int set_aside_for_start_over(llmt_context *ctx, const char *out, const char *dir
     else if (rc == LLMT_ENOTFOUND)
         rc = LLMT_OK;
     if (!rc && n)
-        printf("--start-over: %zu invalid checkpoint%s set aside (renamed step-N.refused-TIME):\n%s",
+        printf("--start-over: %zu invalid checkpoint%s set aside (renamed step-N.refused-XXXXXX):\n%s",
                n, n == 1 ? "" : "s", notes);
     else if (rc)
         fprintf(stderr, PROG ": --start-over: %s\n", llmt_error_last());

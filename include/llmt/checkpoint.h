@@ -52,7 +52,10 @@ typedef struct llmt_ckpt_store_config {
 
 #define LLMT_CKPT_STORE_CONFIG_INIT {LLMT_CKPT_STORE_CONFIG_VERSION, 5, 1, 0, 2, 0}
 
-/* Fills cfg with the defaults of LLMT_CKPT_STORE_CONFIG_INIT. */
+/* Fills cfg with the defaults of LLMT_CKPT_STORE_CONFIG_INIT. It writes
+ * sizeof(llmt_ckpt_store_config) bytes, which version 1 and 2 share (version
+ * 2's read_only sits in version 1's tail padding), so a caller built against
+ * either header may call it; see docs/API.md for appending fields. */
 LLMT_API void llmt_ckpt_store_config_init(llmt_ckpt_store_config *cfg);
 
 /* Opens (creating if needed) the durable directory dir and the fast one,
@@ -66,8 +69,9 @@ LLMT_API void llmt_ckpt_store_config_init(llmt_ckpt_store_config *cfg);
  * Lock: a writing store takes an exclusive flock(2) on the file llmt.lock in
  * each directory, with this process's pid written in it, held until
  * llmt_ckpt_store_free. A second writing store on the same directory, in
- * another process or in this one, fails at once with LLMT_EBUSY naming the
- * holder's pid. A child made by fork(2) closes its copies of the lock as it
+ * another process or in this one, fails with LLMT_EBUSY naming the holder's
+ * pid: at once, or within a second when the holder has just taken the lock
+ * and not yet written its pid. A child made by fork(2) closes its copies of the lock as it
  * starts, before fork returns in it (its copy of the store can still list
  * and load, but not save), so the lock ends with the parent's store.
  *
@@ -140,9 +144,12 @@ LLMT_API int llmt_ckpt_list(llmt_ckpt_store *store, int32_t tier, int64_t *steps
 /* Checks checkpoint step of tier completely: the manifest parses, its own
  * checksum holds and it names step, every listed file exists with the listed
  * size and XXH3-64, no other file is present. LLMT_ECORRUPT naming the file
- * for damage (a missing file included); LLMT_EIO (a read that failed) or
- * LLMT_ENOMEM when the check could not be made, which says nothing of the
- * checkpoint. */
+ * for damage (a missing file included, and an entry that is not a regular
+ * file: the store writes no links, directories or FIFOs there); LLMT_ENOTFOUND
+ * ("no longer there") when the checkpoint's directory does not exist, as when
+ * a writer beside a read_only store rotated it away; LLMT_EIO (a read that
+ * failed) or LLMT_ENOMEM when the check could not be made, which says nothing
+ * of the checkpoint. */
 LLMT_API int llmt_ckpt_verify(llmt_ckpt_store *store, int64_t step, int32_t tier);
 
 /* The newest checkpoint over both tiers that verifies (the higher step; the
@@ -153,8 +160,11 @@ LLMT_API int llmt_ckpt_verify(llmt_ckpt_store *store, int64_t step, int32_t tier
  * buffer of notes_cap bytes, NUL-terminated, may be NULL with notes_cap 0).
  * Only damage (LLMT_ECORRUPT from llmt_ckpt_verify) passes a checkpoint
  * over: any other failure to check one (LLMT_EIO, LLMT_ENOMEM) stops the
- * search and is returned, since the checkpoint may well be good. The
- * checkpoints passed over are remembered: rotation neither counts them
+ * search and is returned, since the checkpoint may well be good. A checkpoint
+ * that is gone by the time it is checked (rotated away by a writer beside a
+ * reader) is skipped, neither refused nor counted, and the directory is
+ * listed again when nothing else verified. The checkpoints refused are
+ * remembered: rotation neither counts them
  * toward keep nor deletes them (see llmt_ckpt_set_aside_invalid).
  * LLMT_ENOTFOUND when the store holds no checkpoint (a fresh start);
  * LLMT_ECORRUPT when it holds checkpoints and none verifies, the message
@@ -163,7 +173,7 @@ LLMT_API int llmt_ckpt_latest(llmt_ckpt_store *store, int64_t *step, int32_t *ti
                               size_t notes_cap);
 
 /* Verifies every checkpoint of both tiers and renames each damaged one
- * (LLMT_ECORRUPT) to step-N.refused-<seconds since the epoch>, a name no
+ * (LLMT_ECORRUPT) to step-N.refused-XXXXXX (a fresh unique name), a name no
  * listing takes for a checkpoint and rotation never deletes: what
  * llmt-train --start-over does before training from step 0 over them. Valid
  * checkpoints stay. *count (may be NULL) receives how many were set aside;

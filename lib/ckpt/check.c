@@ -38,13 +38,36 @@ static char *path_in(const char *dir, const char *name)
     return p;
 }
 
-/* LLMT_ECORRUPT when path does not exist (a checkpoint lacking a file is
- * damaged), else rc: a file that is there but could not be read proves
- * nothing about the checkpoint. */
-static int missing_is_damage(const char *path, int rc)
+/* What the entry path of checkpoint directory dir is, checked before it is
+ * opened (a FIFO would block open) and again after a read failed:
+ * LLMT_ENOTFOUND when dir itself is gone (a writer rotated the checkpoint
+ * away while it was read: not damage); LLMT_ECORRUPT when path is missing or
+ * not a regular file (the store writes only regular files, never links);
+ * LLMT_EIO when it cannot be told; LLMT_OK for a regular file. */
+static int entry_state(const char *dir, const char *path)
 {
     struct stat st;
-    return rc == LLMT_EIO && lstat(path, &st) != 0 && errno == ENOENT ? LLMT_ECORRUPT : rc;
+    if (lstat(path, &st) == 0)
+        return S_ISREG(st.st_mode) ? LLMT_OK
+                                   : llmt_fail(LLMT_ECORRUPT, "%s: not a regular file", path);
+    int err = errno;
+    if (err == ENOENT && lstat(dir, &st) != 0 && errno == ENOENT)
+        return llmt_fail(LLMT_ENOTFOUND, "no longer there (removed while being read: a writer "
+                         "rotated it away)");
+    return llmt_fail(err == ENOENT ? LLMT_ECORRUPT : LLMT_EIO, "%s: %s", path, strerror(err));
+}
+
+/* After a read of path failed with rc: LLMT_ENOTFOUND or LLMT_ECORRUPT when
+ * the entry went away or changed kind meanwhile, else rc (a file that is
+ * there but could not be read proves nothing about the checkpoint). */
+static int read_failure(const char *dir, const char *path, int rc)
+{
+    if (rc != LLMT_EIO)
+        return rc;
+    char why[512];
+    snprintf(why, sizeof why, "%s", llmt_error_last());
+    int now = entry_state(dir, path);
+    return now == LLMT_ENOTFOUND || now == LLMT_ECORRUPT ? now : llmt_fail(rc, "%s", why);
 }
 
 int llmt_ckpt_read_manifest_at(const char *dir, const char *label, int64_t step, llmt_manifest *m)
@@ -52,9 +75,9 @@ int llmt_ckpt_read_manifest_at(const char *dir, const char *label, int64_t step,
     memset(m, 0, sizeof *m); /* clearable even when the file cannot be read */
     char *path = path_in(dir, CKPT_MANIFEST_FILE), *text = NULL;
     size_t len = 0;
-    int rc = path ? llmt_read_file(path, LLMT_MANIFEST_MAX_BYTES, &text, &len) : LLMT_ENOMEM;
-    if (path)
-        rc = missing_is_damage(path, rc);
+    int rc = path ? entry_state(dir, path) : LLMT_ENOMEM;
+    if (!rc)
+        rc = read_failure(dir, path, llmt_read_file(path, LLMT_MANIFEST_MAX_BYTES, &text, &len));
     if (!rc)
         rc = llmt_manifest_parse(text, len, m);
     if (!rc && step >= 0 && m->step != step)
@@ -73,7 +96,9 @@ static int check_file(const char *dir, const char *label, const llmt_manifest_fi
 {
     char *path = path_in(dir, f->name);
     uint64_t size = 0, xxh3 = 0;
-    int rc = path ? missing_is_damage(path, llmt_hash_file(path, &size, &xxh3)) : LLMT_ENOMEM;
+    int rc = path ? entry_state(dir, path) : LLMT_ENOMEM;
+    if (!rc)
+        rc = read_failure(dir, path, llmt_hash_file(path, &size, &xxh3));
     if (!rc && size != f->bytes)
         rc = llmt_fail(LLMT_ECORRUPT, "size %" PRIu64 ", the manifest says %" PRIu64, size, f->bytes);
     else if (!rc && xxh3 != f->xxh3)
@@ -90,8 +115,10 @@ static int check_nothing_extra(const char *dir, const char *label, const llmt_ma
 {
     DIR *d = opendir(dir);
     if (!d)
-        return llmt_fail(errno == ENOENT ? LLMT_ECORRUPT : LLMT_EIO, "%s: cannot open %s: %s",
-                         label, dir, strerror(errno));
+        return errno == ENOENT ? llmt_fail(LLMT_ENOTFOUND, "%s: no longer there (removed while "
+                                           "being read: a writer rotated it away)", label)
+                               : llmt_fail(LLMT_EIO, "%s: cannot open %s: %s", label, dir,
+                                           strerror(errno));
     int rc = LLMT_OK;
     struct dirent *e;
     while (!rc && (e = readdir(d)))

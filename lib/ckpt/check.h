@@ -15,17 +15,21 @@ int64_t llmt_ckpt_step_of(const char *name);
 
 /* Reads and parses dir/MANIFEST (its own checksum included) into m (cleared
  * on failure); with step >= 0 the manifest must name that step. Messages
- * start with label and the file. A missing manifest is damage
- * (LLMT_ECORRUPT); a manifest that exists but cannot be read keeps its own
- * status (LLMT_EIO, LLMT_ENOMEM): that is no evidence of damage. */
+ * start with label and the file. A missing manifest, or one that is not a
+ * regular file, is damage (LLMT_ECORRUPT); dir itself missing is
+ * LLMT_ENOTFOUND (a writer rotated it away); a manifest that exists but
+ * cannot be read keeps its own status (LLMT_EIO, LLMT_ENOMEM): that is no
+ * evidence of damage. */
 int llmt_ckpt_read_manifest_at(const char *dir, const char *label, int64_t step, llmt_manifest *m);
 
 /* Checks checkpoint directory dir: the manifest (as above), then, with all,
  * every listed file's size and XXH3-64 and that no unlisted file is present;
  * without all, only model.safetensors. The manifest goes into m (the
  * caller's to clear) when m is not NULL. LLMT_ECORRUPT for damage (a missing
- * or mismatching file, an extra one); any other status (LLMT_EIO for a read
- * that failed, LLMT_ENOMEM) says the check could not be made. */
+ * or mismatching file, an extra one, an entry that is not a regular file);
+ * LLMT_ENOTFOUND when dir is gone (not damage: nothing is there to refuse);
+ * any other status (LLMT_EIO for a read that failed, LLMT_ENOMEM) says the
+ * check could not be made. */
 int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int all, llmt_manifest *m);
 
 #endif

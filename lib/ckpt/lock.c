@@ -16,9 +16,14 @@
 #include "ckpt/store_internal.h"
 #include "core/error.h"
 
+/* Guards the list of open stores and every store's lock_fd: a fork from
+ * another thread finds each lock descriptor either not yet opened or
+ * recorded in lock_fd (which the child closes), never open but unrecorded. */
+static pthread_mutex_t open_mutex = PTHREAD_MUTEX_INITIALIZER;
+
 /* The holder's pid as the lock file says it ("?" when unreadable). The
  * holder writes it just after taking the lock, so an empty file is read
- * again for up to a second. */
+ * again for up to a second (the documented bound on failing "at once"). */
 static void holder_of(int fd, char *pid, size_t cap)
 {
     char buf[32] = "";
@@ -30,6 +35,15 @@ static void holder_of(int fd, char *pid, size_t cap)
         buf[strspn(buf, "0123456789")] = '\0';
     }
     snprintf(pid, cap, "%s", buf[0] ? buf : "?");
+}
+
+/* Closes tier's lock descriptor and forgets it, as one step for fork. */
+static void close_lock(llmt_ckpt_store *s, int tier)
+{
+    pthread_mutex_lock(&open_mutex);
+    close(s->lock_fd[tier]);
+    s->lock_fd[tier] = -1;
+    pthread_mutex_unlock(&open_mutex);
 }
 
 int llmt_ckpt_lock(llmt_ckpt_store *s, int tier)
@@ -46,7 +60,9 @@ int llmt_ckpt_lock(llmt_ckpt_store *s, int tier)
         return llmt_fail(LLMT_ENOMEM, "%s: out of memory", dir);
     snprintf(path, n, "%s/%s", dir, CKPT_LOCK_FILE);
     int rc = LLMT_OK;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    pthread_mutex_lock(&open_mutex);
+    int fd = s->lock_fd[tier] = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    pthread_mutex_unlock(&open_mutex);
     if (fd < 0)
         rc = llmt_fail(LLMT_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (!rc && flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -69,9 +85,7 @@ int llmt_ckpt_lock(llmt_ckpt_store *s, int tier)
             rc = llmt_fail(LLMT_EIO, "%s: cannot write the pid: %s", path, strerror(errno));
     }
     if (rc && fd >= 0)
-        close(fd);
-    else if (!rc)
-        s->lock_fd[tier] = fd;
+        close_lock(s, tier);
     free(path);
     return rc;
 }
@@ -79,15 +93,12 @@ int llmt_ckpt_lock(llmt_ckpt_store *s, int tier)
 void llmt_ckpt_unlock(llmt_ckpt_store *s)
 {
     for (int t = 0; t < 2; t++)
-        if (s->lock_fd[t] >= 0) {
-            close(s->lock_fd[t]); /* releases the flock; the file stays for the next holder */
-            s->lock_fd[t] = -1;
-        }
+        if (s->lock_fd[t] >= 0)
+            close_lock(s, t); /* releases the flock; the file stays for the next holder */
 }
 
 /* ---- fork: the open stores, whose lock descriptors a child closes */
 
-static pthread_mutex_t open_mutex = PTHREAD_MUTEX_INITIALIZER;
 static llmt_ckpt_store *open_stores;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
@@ -110,13 +121,16 @@ static void after_fork_parent(void)
  * save (no lock), and has no save thread to join. */
 static void after_fork_child(void)
 {
+    /* Only async-signal-safe calls here (the parent may have had threads):
+     * close and memcpy, no snprintf. */
+    static const char why[] = "a fork child's copy of the store, which holds no lock";
+    _Static_assert(sizeof why <= sizeof open_stores->read_only[0], "read_only holds why");
     for (llmt_ckpt_store *s = open_stores; s; s = s->next_open) {
         for (int t = 0; t < 2; t++)
             if (s->lock_fd[t] >= 0) {
                 close(s->lock_fd[t]);
                 s->lock_fd[t] = -1;
-                snprintf(s->read_only[t], sizeof s->read_only[t],
-                         "a fork child's copy of the store, which holds no lock");
+                memcpy(s->read_only[t], why, sizeof why);
             }
         s->in_flight = 0;
     }

@@ -210,8 +210,7 @@ int llmt_ckpt_snapshot(llmt_ckpt_store *s, const llmt_train_state *st, int tier,
 
 /* ---- committing */
 
-/* A fresh empty directory "<dir>/<name>.<tag>-XXXXXX" (malloc'ed path). */
-static char *fresh_dir(const char *dir, const char *name, const char *tag)
+char *llmt_ckpt_fresh_dir(const char *dir, const char *name, const char *tag)
 {
     size_t n = strlen(dir) + strlen(name) + strlen(tag) + 12;
     char *p = malloc(n);
@@ -310,7 +309,7 @@ static int rotate(const llmt_ckpt_store *s, int tier, int64_t protect)
         char name[64];
         llmt_ckpt_dirname(name, sizeof name, steps[i]);
         char *victim = llmt_ckpt_file(s, tier, steps[i], NULL);
-        char *gone = victim ? fresh_dir(s->dir[tier], name, "tmp") : NULL;
+        char *gone = victim ? llmt_ckpt_fresh_dir(s->dir[tier], name, "tmp") : NULL;
         if (!gone)
             rc = victim ? LLMT_EIO : llmt_fail(LLMT_ENOMEM, "out of memory");
         else if (rename(victim, gone) != 0)
@@ -331,7 +330,7 @@ int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
     int64_t step = snap->manifest.step;
     char name[64];
     llmt_ckpt_dirname(name, sizeof name, step);
-    char *tmp = fresh_dir(dir, name, "tmp");
+    char *tmp = llmt_ckpt_fresh_dir(dir, name, "tmp");
     char *final = llmt_ckpt_file(s, tier, step, NULL);
     char *old = NULL;
     int rc = tmp && final ? write_files(tmp, snap, sync) : (tmp ? llmt_fail(LLMT_ENOMEM, "out of memory") : LLMT_EIO);
@@ -343,7 +342,7 @@ int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
      * moved aside, replaced, then removed; a crash in between leaves it to be
      * put back or removed by the next open. */
     if (!rc && lstat(final, &st) == 0) {
-        old = fresh_dir(dir, name, "old");
+        old = llmt_ckpt_fresh_dir(dir, name, "old");
         if (!old || rename(final, old) != 0)
             rc = old ? llmt_fail(LLMT_EIO, "%s: cannot move aside: %s", final, strerror(errno)) : LLMT_EIO;
     }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "util/fsutil.h"
 #include "ckpt/check.h"
@@ -15,6 +15,23 @@
 #include "core/error.h"
 
 static const char *const tier_names[2] = {"durable", "fast"};
+
+/* The layout of a version 1 llmt_ckpt_store_config, as callers built
+ * against that header allocate it. */
+typedef struct {
+    uint32_t version;
+    int32_t keep, sync;
+    const char *fast_dir;
+    int32_t fast_keep;
+} store_config_v1;
+
+/* llmt_ckpt_store_config_init writes the whole current struct, and callers
+ * built against the version 1 header pass a struct of their own size: safe
+ * only while appended fields stay in version 1's size (read_only lies in its
+ * tail padding). A field that grows the struct needs a versioned init
+ * instead (docs/API.md, "Appending fields"). */
+_Static_assert(sizeof(llmt_ckpt_store_config) == sizeof(store_config_v1),
+               "llmt_ckpt_store_config outgrew version 1: init would write past old callers");
 
 void llmt_ckpt_store_config_init(llmt_ckpt_store_config *cfg)
 {
@@ -45,6 +62,17 @@ char *llmt_ckpt_file(const llmt_ckpt_store *s, int tier, int64_t step, const cha
 static int read_only_errno(int err)
 {
     return err == EROFS || err == EACCES || err == EPERM;
+}
+
+/* Why a leftover at path in dir cannot be changed (access(2)'s errno: EROFS,
+ * EACCES), 0 when both can be written. Asked afresh after a removal failed:
+ * errno does not survive llmt_remove_tree's message. The store's leftovers
+ * are one level deep, so these two are the directories that matter. */
+static int write_errno(const char *dir, const char *path)
+{
+    if (access(dir, W_OK) != 0 || access(path, W_OK) != 0)
+        return errno;
+    return 0;
 }
 
 /* Finishes what interrupted saves left in dir: temporary directories are
@@ -80,10 +108,9 @@ static int clean_dir(const char *dir)
             if (rename(path, final) != 0 && !read_only_errno(errno))
                 rc = llmt_fail(LLMT_EIO, "%s: cannot put back as %s (an interrupted save moved "
                                "it aside): %s", path, final, strerror(errno));
-        } else if (llmt_remove_tree(path) != LLMT_OK) {
-            int err = errno; /* of the unlink or rmdir that failed */
-            if (!read_only_errno(err))
-                rc = llmt_fail_prefix(LLMT_EIO, "%s: a leftover of an interrupted save", dir);
+        } else if (llmt_remove_tree(path) != LLMT_OK &&
+                   !read_only_errno(write_errno(dir, path))) {
+            rc = llmt_fail_prefix(LLMT_EIO, "%s: a leftover of an interrupted save", dir);
         }
         free(path);
         free(final);
@@ -166,8 +193,8 @@ void llmt_ckpt_store_free(llmt_ckpt_store *s)
     if (!s)
         return;
     llmt_ckpt_join(s);
+    llmt_ckpt_unlock(s); /* while tracked: a fork meanwhile closes the child's copies */
     llmt_ckpt_track(s, 0);
-    llmt_ckpt_unlock(s);
     llmt_buf_free(s->ctx, &s->staging);
     free(s->dir[0]);
     free(s->dir[1]);
@@ -445,6 +472,34 @@ static int refuse(llmt_ckpt_store *s, int tier, int64_t step)
     return LLMT_OK;
 }
 
+/* Lists the checkpoints of both tiers (llmt_ckpt_scan; notes restarted).
+ * *unsettled says whether a writer may have been at work: a directory
+ * changed while it was listed, or the listing is empty. readdir is not
+ * atomic against renames, so such a listing may miss a checkpoint (and
+ * directory timestamps are coarse, so an empty one is worth repeating too). */
+static int list_tiers(const llmt_ckpt_store *s, int64_t *steps[2], size_t n[2], char *notes,
+                      size_t notes_cap, int *unsettled)
+{
+    if (notes_cap)
+        notes[0] = '\0';
+    *unsettled = 0;
+    int rc = LLMT_OK;
+    for (int t = 0; t < 2 && !rc; t++) {
+        struct stat before, after;
+        if (!s->dir[t])
+            continue;
+        int b = stat(s->dir[t], &before);
+        rc = llmt_ckpt_scan(s, t, &steps[t], &n[t], notes, notes_cap);
+        if (b != 0 || stat(s->dir[t], &after) != 0 ||
+            before.st_mtim.tv_sec != after.st_mtim.tv_sec ||
+            before.st_mtim.tv_nsec != after.st_mtim.tv_nsec)
+            *unsettled = 1;
+    }
+    if (!n[0] && !n[1])
+        *unsettled = 1;
+    return rc;
+}
+
 int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *notes,
                      size_t notes_cap)
 {
@@ -456,59 +511,74 @@ int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *not
     int rc = llmt_ckpt_join(s);
     if (rc)
         return rc;
-    int64_t *steps[2] = {NULL, NULL};
-    size_t n[2] = {0, 0};
-    for (int t = 0; t < 2 && !rc; t++)
-        if (s->dir[t])
-            rc = llmt_ckpt_scan(s, t, &steps[t], &n[t], notes, notes_cap);
     /* Newest first; at equal steps the durable tier first. Each refusal is
-     * kept (refused, "; "-separated) for the error when none verifies. */
-    char refused[3072] = "";
-    size_t i[2] = {n[0], n[1]};
-    int found = 0;
-    while (!rc && !found && (i[0] || i[1])) {
-        int t = !i[0] ? 1 : !i[1] ? 0 : steps[1][i[1] - 1] > steps[0][i[0] - 1] ? 1 : 0;
-        int64_t cand = steps[t][--i[t]];
-        int v = verify(s, cand, t);
-        if (v == LLMT_OK) {
-            *step = cand;
-            *tier = t;
-            found = 1;
-        } else if (v != LLMT_ECORRUPT) { /* could not check it: it may be good */
-            rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
-        } else {
-            char why[1024];
-            snprintf(why, sizeof why, "%s", llmt_error_last());
-            note(notes, notes_cap, "%s\n", why);
-            note(refused, sizeof refused, "%s%s", refused[0] ? "; " : "", why);
-            rc = refuse(s, t, cand);
+     * kept (refused, "; "-separated) for the error when none verifies. A
+     * checkpoint a writer rotated away since the listing is skipped, neither
+     * refused nor counted. When none was found and the listing was unsettled
+     * (see list_tiers) or one went away, the directories are listed again,
+     * notes and refusals afresh, a few times at most. */
+    char refused[3072];
+    size_t n_refused = 0;
+    int found = 0, again = 1;
+    for (int pass = 0; pass < 4 && again && !found && !rc; pass++) {
+        int64_t *steps[2] = {NULL, NULL};
+        size_t n[2] = {0, 0};
+        refused[0] = '\0';
+        n_refused = 0;
+        rc = list_tiers(s, steps, n, notes, notes_cap, &again);
+        size_t i[2] = {n[0], n[1]};
+        while (!rc && !found && (i[0] || i[1])) {
+            int t = !i[0] ? 1 : !i[1] ? 0 : steps[1][i[1] - 1] > steps[0][i[0] - 1] ? 1 : 0;
+            int64_t cand = steps[t][--i[t]];
+            int v = verify(s, cand, t);
+            if (v == LLMT_OK) {
+                *step = cand;
+                *tier = t;
+                found = 1;
+            } else if (v == LLMT_ENOTFOUND) {
+                note(notes, notes_cap, "%s\n", llmt_error_last());
+                again = 1;
+            } else if (v != LLMT_ECORRUPT) { /* could not check it: it may be good */
+                rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
+            } else {
+                char why[1024];
+                snprintf(why, sizeof why, "%s", llmt_error_last());
+                note(notes, notes_cap, "%s\n", why);
+                note(refused, sizeof refused, "%s%s", refused[0] ? "; " : "", why);
+                rc = refuse(s, t, cand);
+                n_refused++;
+            }
         }
+        free(steps[0]);
+        free(steps[1]);
     }
-    free(steps[0]);
-    free(steps[1]);
     if (rc || found)
         return rc;
     const char *dirs[2] = {s->dir[0], s->dir[1] ? s->dir[1] : ""};
-    if (!n[0] && !n[1]) /* an empty store: a fresh start */
+    if (!n_refused) /* an empty store (or emptied meanwhile): a fresh start */
         return llmt_fail(LLMT_ENOTFOUND, "%s: no checkpoint in %s%s%s", fn, dirs[0],
                          s->dir[1] ? " or " : "", dirs[1]);
     return llmt_fail(LLMT_ECORRUPT, "%s: none of the %zu checkpoints in %s%s%s verifies: %s", fn,
-                     n[0] + n[1], dirs[0], s->dir[1] ? " or " : "", dirs[1], refused);
+                     n_refused, dirs[0], s->dir[1] ? " or " : "", dirs[1], refused);
 }
 
-/* Renames damaged checkpoint step of tier to step-N.refused-<time>. */
+/* Renames damaged checkpoint step of tier onto a fresh empty directory
+ * step-N.refused-XXXXXX (unique: the same step may be set aside again). */
 static int set_aside(llmt_ckpt_store *s, int tier, int64_t step)
 {
+    char name[64];
+    llmt_ckpt_dirname(name, sizeof name, step);
     char *from = llmt_ckpt_file(s, tier, step, NULL);
-    size_t n = from ? strlen(from) + 40 : 0;
-    char *to = from ? malloc(n) : NULL;
+    char *to = from ? llmt_ckpt_fresh_dir(s->dir[tier], name, "refused") : NULL;
     int rc = LLMT_OK;
-    if (!to)
+    if (!from)
         rc = llmt_fail(LLMT_ENOMEM, "llmt_ckpt_set_aside_invalid: out of memory");
-    else
-        snprintf(to, n, "%s.refused-%lld", from, (long long)time(NULL));
-    if (!rc && rename(from, to) != 0)
+    else if (!to)
+        rc = LLMT_EIO; /* or LLMT_ENOMEM: the message says */
+    else if (rename(from, to) != 0) {
         rc = llmt_fail(LLMT_EIO, "%s: cannot rename to %s: %s", from, to, strerror(errno));
+        rmdir(to);
+    }
     if (!rc && s->sync[tier])
         rc = llmt_sync_dir(s->dir[tier]);
     if (!rc && s->committed[tier] == step)
@@ -542,11 +612,14 @@ int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *s, size_t *count, char *notes, 
         for (size_t k = 0; k < n && !rc; k++) {
             int v = verify(s, steps[k], t);
             if (v == LLMT_ECORRUPT) {
-                note(notes, notes_cap, "%s: set aside\n", llmt_error_last());
+                char why[1024];
+                snprintf(why, sizeof why, "%s", llmt_error_last());
                 rc = set_aside(s, t, steps[k]);
+                if (!rc)
+                    note(notes, notes_cap, "%s: set aside\n", why);
                 if (!rc && count)
                     (*count)++;
-            } else if (v) {
+            } else if (v && v != LLMT_ENOTFOUND) { /* gone meanwhile: nothing to set aside */
                 rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
             }
         }

@@ -73,6 +73,10 @@ void llmt_ckpt_snapshot_free(ckpt_snapshot *snap);
 /* Writes snap into tier's directory and commits it, then rotates. */
 int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap);
 
+/* A fresh empty directory "<dir>/<name>.<tag>-XXXXXX" (malloc'ed path; NULL
+ * after setting LLMT_EIO or LLMT_ENOMEM). A directory can be renamed onto it. */
+char *llmt_ckpt_fresh_dir(const char *dir, const char *name, const char *tag);
+
 /* "step-NNNNNNNN" of step into buf. */
 void llmt_ckpt_dirname(char *buf, size_t cap, int64_t step);
 

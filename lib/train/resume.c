@@ -76,6 +76,7 @@ int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
     LLMT_TRY(restore_blob(tr, blob, blob_len));
     tr->step = st.step;
     tr->tokens_seen = st.tokens_seen;
+    tr->saved[tier] = found; /* its state is this checkpoint: no need to save it again */
     llmt_trainer_log(tr, "resume", "resumed from step %lld (%s tier)", (long long)found,
                      tier ? "fast" : "durable");
     *step = found;

@@ -110,6 +110,8 @@ int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
     tr->parts = *parts;
     tr->cfg = *cfg;
     tr->ctx = parts->model->ctx;
+    tr->saved[0] = tr->saved[1] = -1;
+    tr->saving_tier = -1;
     size_t n = (size_t)cfg->batch_size * (size_t)cfg->seq_len;
     tr->tokens = malloc(n * sizeof *tr->tokens);
     tr->targets = malloc(n * sizeof *tr->targets);
@@ -249,21 +251,38 @@ int llmt_trainer_evaluate(llmt_trainer *tr, double *loss)
     return LLMT_OK;
 }
 
+/* Joins the store's async save; when it failed, the step it was saving is
+ * not this trainer's in that tier. */
+static int join_save(llmt_trainer *tr)
+{
+    int rc = llmt_ckpt_wait(tr->parts.store);
+    if (rc && tr->saving_tier >= 0)
+        tr->saved[tr->saving_tier] = -1;
+    tr->saving_tier = -1;
+    return rc;
+}
+
 /* Saves the state in a tier: async when configured, falling back to a
- * synchronous save when the staging buffer does not fit the budget. */
+ * synchronous save when the staging buffer does not fit the budget. The
+ * previous async save is joined first, so its failure (even LLMT_ENOMEM) is
+ * returned rather than taken for "does not fit". */
 static int save_tier(llmt_trainer *tr, int32_t tier, int async)
 {
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
     char blob[256];
     llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
+    LLMT_TRY(join_save(tr));
     int rc = async ? llmt_ckpt_save_async(tr->parts.store, &st, tier)
                    : llmt_ckpt_save(tr->parts.store, &st, tier);
+    int in_flight = async && !rc;
     if (async && rc == LLMT_ENOMEM) {
         llmt_trainer_log(tr, "checkpoint", "step %lld: async save does not fit (%s); saving "
                          "synchronously", (long long)tr->step, llmt_error_last());
         rc = llmt_ckpt_save(tr->parts.store, &st, tier);
     }
-    /* An async save's own failure is reported by the store's next call. */
+    tr->saved[tier] = rc ? -1 : tr->step;
+    tr->saving_tier = in_flight ? tier : -1;
+    /* An async save's own failure is reported by the next call that joins it. */
     return rc;
 }
 
@@ -275,10 +294,12 @@ int llmt_trainer_save(llmt_trainer *tr, int32_t tier)
     if (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST)
         return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: tier = %d is not a tier", tier);
     /* A failed async save is reported here (once, by whichever call joins
-     * it); then the store knows what it committed: only a step committed in
-     * this tier (or loaded from it) is not saved again. */
-    LLMT_TRY(llmt_ckpt_wait(tr->parts.store));
-    if (llmt_ckpt_committed(tr->parts.store, tier) == tr->step)
+     * it); then only a step that this trainer saved (or resumed from) in
+     * this tier and that the store committed there is not saved again:
+     * another trainer's save or a load of that step into other objects holds
+     * other weights. */
+    LLMT_TRY(join_save(tr));
+    if (tr->saved[tier] == tr->step && llmt_ckpt_committed(tr->parts.store, tier) == tr->step)
         return LLMT_OK;
     return save_tier(tr, tier, 0);
 }

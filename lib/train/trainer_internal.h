@@ -15,6 +15,13 @@ struct llmt_trainer {
     char *config_yaml;
 
     int64_t step, tokens_seen;
+    /* Per tier, the step this trainer last saved or resumed from (-1: none;
+     * forgotten when that save fails): with the store's own committed step,
+     * what need not be saved again (another trainer's save of the same step
+     * does not count). saving_tier: the tier of its async save in flight
+     * (-1: none). */
+    int64_t saved[2];
+    int saving_tier;
     int32_t *tokens, *targets; /* the current batch (host) */
     llmt_loader_state eval_start;
 

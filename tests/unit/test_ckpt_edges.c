@@ -8,13 +8,18 @@
  * is not damage; damaged checkpoints do not crowd out valid ones in
  * rotation and are set aside; readers beside a writer; a fork child does not
  * keep the lock; a holder's pid written late; a checkpoint moved aside that
- * cannot be put back. */
+ * cannot be put back; a reader beside a writer that rotates checkpoints away;
+ * entries that are not regular files; the trainer's no-op save is its own;
+ * the same step set aside twice. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #define _DEFAULT_SOURCE   /* setgid, setuid */
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -438,6 +443,30 @@ static void save_as(fixture *f, llmt_ckpt_store *s, int64_t step)
         fail_msg("save %lld: %s", (long long)step, llmt_error_last());
 }
 
+static llmt_ckpt_store *open_reader(llmt_context *ctx, const char *dir, int *rc);
+
+/* In a child that is not root (so mode 000 keeps it out): a reader of the
+ * store finds step 2's weights unreadable, which is LLMT_EIO, not damage.
+ * Returns the number of the check that failed, 0 if none. */
+static int unreadable_child(fixture *f)
+{
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        return 1;
+    int rc = 0;
+    llmt_ckpt_store *r = open_reader(f->ctx, dirs.store, &rc);
+    if (rc != LLMT_OK)
+        return fprintf(stderr, "open: %s\n", llmt_error_last()), 2;
+    int64_t step = -1;
+    int32_t tier = -1;
+    if (llmt_ckpt_latest(r, &step, &tier, NULL, 0) != LLMT_EIO || step != -1 ||
+        !strstr(llmt_error_last(), "step-00000002"))
+        return fprintf(stderr, "latest: %s\n", llmt_error_last()), 3;
+    if (llmt_ckpt_verify(r, 2, LLMT_CKPT_DURABLE) != LLMT_EIO)
+        return fprintf(stderr, "verify: %s\n", llmt_error_last()), 4;
+    llmt_ckpt_store_free(r);
+    return 0;
+}
+
 static void test_unreadable_is_not_damage(void **state)
 {
     (void)state;
@@ -446,20 +475,27 @@ static void test_unreadable_is_not_damage(void **state)
     llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
     save_as(&f, s, 1);
     save_as(&f, s, 2);
-    /* Step 2's weights cannot be read (reading /proc/self/mem at offset 0
-     * fails with EIO, as a flaky disk or a lost mount would): the newest
-     * checkpoint may be good, so neither is it passed over for step 1 nor
-     * are the checkpoints called damaged. */
-    char path[320];
-    snprintf(path, sizeof path, "%s/step-00000002/model.safetensors", dirs.store);
-    assert_int_equal(unlink(path), 0);
-    assert_int_equal(symlink("/proc/self/mem", path), 0);
+    /* Step 2's weights are there but cannot be read (mode 000, read by a
+     * child that is not root; a flaky disk or a lost mount would do the
+     * same): the newest checkpoint may be good, so neither is it passed over
+     * for step 1 nor are the checkpoints called damaged. */
+    char path[320], dir[160];
+    snprintf(dir, sizeof dir, "%s/step-00000002", dirs.store);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(chmod(dirs.root, 0755), 0);
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_int_equal(chmod(path, 0), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(unreadable_child(&f));
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status))
+        fail_msg("an unreadable file: check %d failed", WEXITSTATUS(status));
     int64_t step = -1;
     int32_t tier = -1;
-    assert_int_equal(llmt_ckpt_latest(s, &step, &tier, NULL, 0), LLMT_EIO);
-    assert_contains(llmt_error_last(), "step-00000002");
-    assert_int_equal(step, -1);
-    assert_int_equal(llmt_ckpt_verify(s, 2, LLMT_CKPT_DURABLE), LLMT_EIO);
     /* A missing file is damage. */
     assert_int_equal(unlink(path), 0);
     assert_int_equal(llmt_ckpt_verify(s, 2, LLMT_CKPT_DURABLE), LLMT_ECORRUPT);
@@ -651,7 +687,8 @@ static void test_holder_pid_written_late(void **state)
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
-        nanosleep(&(struct timespec){0, 200000000}, NULL);
+        /* Late, but well inside the second the reader waits. */
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
         _exit(pwrite(fd, "4242\n", 5, 0) == 5 ? 0 : 1);
     }
     llmt_ckpt_store *s = NULL;
@@ -707,6 +744,208 @@ static void test_unrestored_old_checkpoint(void **state)
     llmt_remove_tree(dirs.store);
 }
 
+/* ---- second review: rotation beside a reader, entries that are not files,
+ * the trainer's own no-op save, setting aside twice */
+
+/* The writer side of test_reader_beside_rotating_writer: saves steps
+ * first.. first+count-1 with keep = 1, each rotating the previous away, a
+ * few milliseconds apart (back to back, no listing would ever be made while
+ * the directory stands still). */
+typedef struct rotating_writer {
+    fixture *f;
+    llmt_ckpt_store *w;
+    int64_t first, count;
+    int rc;
+    char error[1024];
+    atomic_int done;
+} rotating_writer;
+
+static void *rotate_saves(void *arg)
+{
+    rotating_writer *rw = arg;
+    for (int64_t k = 0; k < rw->count && !rw->rc; k++) {
+        llmt_train_state st = fixture_state(rw->f);
+        st.step = rw->first + k;
+        rw->rc = llmt_ckpt_save(rw->w, &st, LLMT_CKPT_DURABLE);
+        if (rw->rc)
+            snprintf(rw->error, sizeof rw->error, "%s", llmt_error_last());
+        nanosleep(&(struct timespec){0, 3000000}, NULL);
+    }
+    atomic_store(&rw->done, 1);
+    return NULL;
+}
+
+static void test_reader_beside_rotating_writer(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *w = open_store(f.ctx, 1, 0);
+    save_as(&f, w, 1);
+    int rc = 0;
+    llmt_ckpt_store *r = open_reader(f.ctx, dirs.store, &rc);
+    assert_int_equal(rc, LLMT_OK);
+    int64_t steps[4];
+    size_t n = 0;
+    assert_int_equal(llmt_ckpt_list(r, LLMT_CKPT_DURABLE, steps, 4, &n), LLMT_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(steps[0], 1);
+    /* The writer saves step 2 and rotates step 1 away: gone, not damaged. */
+    save_as(&f, w, 2);
+    assert_int_equal(llmt_ckpt_verify(r, 1, LLMT_CKPT_DURABLE), LLMT_ENOTFOUND);
+    assert_contains(llmt_error_last(), "step-00000001");
+    assert_contains(llmt_error_last(), "no longer there");
+    int64_t step = -1;
+    int32_t tier = -1;
+    assert_int_equal(llmt_ckpt_latest(r, &step, &tier, NULL, 0), LLMT_OK);
+    assert_int_equal(step, 2);
+
+    /* latest beside a writer rotating fast: each call finds a checkpoint,
+     * never "damaged". (Rarely, every listing it makes is torn by the
+     * writer's renames and it finds none: LLMT_ENOTFOUND, counted.) */
+    rotating_writer rw = {.f = &f, .w = w, .first = 3, .count = 60};
+    atomic_init(&rw.done, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, rotate_saves, &rw), 0);
+    int calls = 0, bad = 0, torn = 0;
+    char notes[2048], why[1024] = "";
+    while (!atomic_load(&rw.done) && !bad) {
+        step = -1;
+        rc = llmt_ckpt_latest(r, &step, &tier, notes, sizeof notes);
+        torn += rc == LLMT_ENOTFOUND;
+        bad = rc == LLMT_ENOTFOUND ? 0 : rc != LLMT_OK || step < 2;
+        if (bad)
+            snprintf(why, sizeof why, "rc %d, step %lld: %s", rc, (long long)step,
+                     llmt_error_last());
+        calls++;
+    }
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (rw.rc)
+        fail_msg("writer: %s", rw.error);
+    if (bad)
+        fail_msg("latest beside a rotating writer, call %d: %s", calls, why);
+    print_message("latest called %d times beside the writer (%d found none)\n", calls, torn);
+    llmt_ckpt_store_free(r);
+    llmt_ckpt_store_free(w);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
+static void test_not_a_regular_file(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
+    for (int64_t k = 1; k <= 3; k++)
+        save_as(&f, s, k);
+    char path[320];
+    /* A directory in place of the weights, a dangling link in place of the
+     * manifest: damage, which latest passes over and set_aside moves. */
+    snprintf(path, sizeof path, "%s/step-00000003/model.safetensors", dirs.store);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkdir(path, 0755), 0);
+    assert_int_equal(llmt_ckpt_verify(s, 3, LLMT_CKPT_DURABLE), LLMT_ECORRUPT);
+    assert_contains(llmt_error_last(), "model.safetensors: not a regular file");
+    snprintf(path, sizeof path, "%s/step-00000002/MANIFEST", dirs.store);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink("/nonexistent", path), 0);
+    assert_int_equal(llmt_ckpt_verify(s, 2, LLMT_CKPT_DURABLE), LLMT_ECORRUPT);
+    assert_contains(llmt_error_last(), "MANIFEST: not a regular file");
+    int64_t step = -1;
+    int32_t tier = -1;
+    char notes[2048];
+    assert_int_equal(llmt_ckpt_latest(s, &step, &tier, notes, sizeof notes), LLMT_OK);
+    assert_int_equal(step, 1);
+    assert_contains(notes, "step-00000003");
+    assert_contains(notes, "step-00000002");
+    size_t moved = 0;
+    assert_int_equal(llmt_ckpt_set_aside_invalid(s, &moved, NULL, 0), LLMT_OK);
+    assert_int_equal(moved, 2);
+    assert_int_equal(entries_named("step-00000002.refused-"), 1);
+    assert_int_equal(entries_named("step-00000003.refused-"), 1);
+    /* A FIFO is refused by its type, before an open that would block. */
+    snprintf(path, sizeof path, "%s/step-00000001/optimizer.safetensors", dirs.store);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    assert_int_equal(llmt_ckpt_verify(s, 1, LLMT_CKPT_DURABLE), LLMT_ECORRUPT);
+    assert_contains(llmt_error_last(), "optimizer.safetensors: not a regular file");
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
+/* A fixture whose training sees other batches than another's (its loader
+ * is one batch ahead), so its weights at a step differ. */
+static void open_other(fixture *f)
+{
+    fixture_open(f, dirs.data, LLMT_PRECISION_FP32, 16);
+    int32_t tokens[FIX_B * FIX_T], targets[FIX_B * FIX_T];
+    assert_int_equal(llmt_loader_next(f->loader, tokens, targets, FIX_B * FIX_T), LLMT_OK);
+}
+
+static void test_no_op_save_is_the_trainers_own(void **state)
+{
+    (void)state;
+    fixture a, b;
+    fixture_open(&a, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(a.ctx, 5, 0);
+    llmt_trainer *ta = make_trainer(&a, s, 2, 2);
+    assert_int_equal(llmt_trainer_run(ta, 2), LLMT_OK); /* A saves step 2 */
+    llmt_trainer_free(ta);
+    /* Trainer B reaches step 2 with other weights: its save writes. */
+    ino_t by_a = inode_of(2);
+    open_other(&b);
+    llmt_trainer *tb = make_trainer(&b, s, 0, 2);
+    assert_int_equal(llmt_trainer_run(tb, 2), LLMT_OK);
+    assert_int_equal(llmt_trainer_save(tb, LLMT_CKPT_DURABLE), LLMT_OK);
+    ino_t by_b = inode_of(2);
+    assert_true(by_b != by_a);
+    /* Its own committed save is not repeated. */
+    assert_int_equal(llmt_trainer_save(tb, LLMT_CKPT_DURABLE), LLMT_OK);
+    assert_true(inode_of(2) == by_b);
+    llmt_trainer_free(tb);
+    fixture_close(&b);
+    /* Step 2 loaded into A's objects: a trainer that reached step 2 on its
+     * own still writes. */
+    llmt_train_state st = fixture_state(&a);
+    assert_int_equal(llmt_ckpt_load(s, 2, LLMT_CKPT_DURABLE, &st, NULL, 0, NULL), LLMT_OK);
+    open_other(&b);
+    tb = make_trainer(&b, s, 0, 2);
+    assert_int_equal(llmt_trainer_run(tb, 2), LLMT_OK);
+    assert_int_equal(llmt_trainer_save(tb, LLMT_CKPT_DURABLE), LLMT_OK);
+    assert_true(inode_of(2) != by_b);
+    llmt_trainer_free(tb);
+    llmt_ckpt_store_free(s);
+    fixture_close(&b);
+    fixture_close(&a);
+    llmt_remove_tree(dirs.store);
+}
+
+static void test_set_aside_twice(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
+    char path[320], notes[1024];
+    snprintf(path, sizeof path, "%s/step-00000005/MANIFEST", dirs.store);
+    /* Within the same second: each gets a name of its own. */
+    for (int round = 1; round <= 2; round++) {
+        save_as(&f, s, 5);
+        assert_int_equal(truncate(path, 10), 0);
+        size_t moved = 0;
+        if (llmt_ckpt_set_aside_invalid(s, &moved, notes, sizeof notes) != LLMT_OK)
+            fail_msg("set aside, round %d: %s", round, llmt_error_last());
+        assert_int_equal(moved, 1);
+        assert_contains(notes, "step-00000005 (durable): file MANIFEST");
+        assert_int_equal(entries_named("step-00000005.refused-"), round);
+    }
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    llmt_remove_tree(dirs.store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -722,6 +961,10 @@ int main(void)
         cmocka_unit_test(test_fork_child_releases_the_lock),
         cmocka_unit_test(test_holder_pid_written_late),
         cmocka_unit_test(test_unrestored_old_checkpoint),
+        cmocka_unit_test(test_reader_beside_rotating_writer),
+        cmocka_unit_test(test_not_a_regular_file),
+        cmocka_unit_test(test_no_op_save_is_the_trainers_own),
+        cmocka_unit_test(test_set_aside_twice),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

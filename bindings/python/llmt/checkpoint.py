@@ -12,6 +12,14 @@ from ._lib import lib
 Loaded = namedtuple("Loaded", "step tokens_seen user_blob")
 Loaded.__doc__ = "What CheckpointStore.load restored besides the objects."
 
+SetAside = namedtuple("SetAside", "count notes")
+SetAside.__doc__ = ("What CheckpointStore.set_aside_invalid did: how many checkpoints it set "
+                    "aside and a line for each, with why.")
+
+# The most one note of llmt_ckpt_set_aside_invalid takes: the reason (under
+# 1 KiB, as the library keeps it) and ": set aside\n".
+_NOTE_BYTES = 1024 + 16
+
 Latest = namedtuple("Latest", "step tier notes")
 Latest.__doc__ = ("The newest checkpoint that verifies: its step, its tier (\"durable\" or "
                   "\"fast\") and a line per checkpoint passed over.")
@@ -49,6 +57,7 @@ class CheckpointStore(Handle):
                                  ctypes.byref(cfg))
         self._attach(out, lib.llmt_ckpt_store_free, (context,))
         self.directory = os.fspath(directory)
+        self._has_fast = config.get("fast_dir") is not None
 
     def _save(self, fn, step, model, optimizer, scaler, loader, tokens_seen, user_blob,
               config_yaml, tier_):
@@ -103,12 +112,19 @@ class CheckpointStore(Handle):
 
     def set_aside_invalid(self):
         """Renames every checkpoint that does not verify (damage, not a failed
-        read) to step-N.refused-<time>, where nothing takes it for a
-        checkpoint; returns one line per checkpoint set aside, with why."""
+        read) to step-N.refused-XXXXXX, where nothing takes it for a
+        checkpoint; returns SetAside(count, notes): how many, and one line
+        per checkpoint set aside, with why."""
+        # The library cannot be asked for the size first (the call acts), so
+        # the buffer holds a note for every checkpoint there is: the store
+        # holds the lock, so none appears meanwhile.
+        tiers = ["durable"] + (["fast"] if self._has_fast else [])
+        listed = sum(len(self.list(t)) for t in tiers)
         count = ctypes.c_size_t()
-        notes = ctypes.create_string_buffer(8192)
+        notes = ctypes.create_string_buffer(_NOTE_BYTES * listed + 1)
         lib.llmt_ckpt_set_aside_invalid(self._ptr, ctypes.byref(count), notes, len(notes))
-        return [line for line in notes.value.decode(errors="replace").splitlines() if line]
+        lines = [line for line in notes.value.decode(errors="replace").splitlines() if line]
+        return SetAside(count.value, lines)
 
     def path(self, step, tier="durable"):
         """The directory of checkpoint ``step`` of ``tier``."""

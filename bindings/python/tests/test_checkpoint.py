@@ -90,8 +90,26 @@ def test_reader_beside_writer_and_set_aside(ctx, tmp_path):
     reader.close()
     # Damage step 2: set aside (kept under another name), step 1 stays.
     (tmp_path / "ckpt" / "step-00000002" / "MANIFEST").write_text("damaged")
-    lines = writer.set_aside_invalid()
-    assert len(lines) == 1 and "step-00000002" in lines[0]
+    done = writer.set_aside_invalid()
+    assert done.count == 1
+    assert len(done.notes) == 1 and "step-00000002" in done.notes[0]
     assert writer.list() == [1]
     assert [p.name.split(".")[0] for p in (tmp_path / "ckpt").glob("step-00000002.refused-*")] \
         == ["step-00000002"]
+
+
+def test_set_aside_counts_and_keeps_every_note(ctx, tmp_path):
+    # 30 damaged checkpoints under a long path: over 8 KiB of notes, each
+    # naming the missing file by its path.
+    model = llmt.Model(ctx, **SMALL_MODEL)
+    directory = tmp_path / ("d" * 200)
+    store = llmt.CheckpointStore(ctx, directory, sync=False, keep=40)
+    for step in range(1, 31):
+        store.save(step, model)
+        (directory / f"step-{step:08d}" / "model.safetensors").unlink()
+    done = store.set_aside_invalid()
+    assert done.count == 30
+    assert len(done.notes) == 30
+    assert sum(len(line) + 1 for line in done.notes) > 8192
+    assert all(line.endswith(": set aside") for line in done.notes)
+    assert store.list() == []
