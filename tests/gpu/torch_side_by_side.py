@@ -99,8 +99,9 @@ def build_model(torch):
             self.head = nn.Linear(d, CFG["vocab"], bias=False)
             inv = 1.0 / CFG["theta"] ** (torch.arange(0, hd, 2).float() / hd)
             ang = torch.outer(torch.arange(CFG["seq"]).float(), inv)
-            self.register_buffer("cos", torch.cat((ang, ang), -1).cos(), persistent=False)
-            self.register_buffer("sin", torch.cat((ang, ang), -1).sin(), persistent=False)
+            # [t, hd/2]: rope() rotates the two halves of each head by them.
+            self.register_buffer("cos", ang.cos(), persistent=False)
+            self.register_buffer("sin", ang.sin(), persistent=False)
 
         def forward(self, tokens, targets):
             x = self.embed(tokens)
