@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     build-essential cmake pkg-config binutils
-    libopenblas-dev libyaml-dev libxxhash-dev libcmocka-dev
+    libopenblas-dev libdnnl-dev libyaml-dev libxxhash-dev libcmocka-dev
     clang libclang-rt-14-dev
     python3-numpy python3-pytest python3-matplotlib python3-pip python3-venv
 )

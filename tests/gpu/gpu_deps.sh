@@ -19,7 +19,7 @@
 # shellcheck disable=SC2034 # used by the scripts that source this file
 GPU_DEPS_PACKAGES=(libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
                    libyaml-0-2 libyaml-dev libxxhash0 libxxhash-dev libcmocka0 libcmocka-dev
-                   pkgconf-bin libpkgconf3)
+                   pkgconf-bin libpkgconf3 libdnnl2 libdnnl-dev ocl-icd-libopencl1)
 
 gpu_deps_unpack() {
     local debs=$1 prefix=$2 deb n=0
@@ -53,6 +53,8 @@ gpu_deps_unpack() {
     export PKG_CONFIG_PATH=
     export LD_LIBRARY_PATH="$prefix/$multiarch/openblas-pthread:$prefix/$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export GPU_DEPS_PKG_CONFIG="$prefix/usr/bin/pkgconf"
+    # oneDNN has no pkg-config module: CMake finds it under this prefix.
+    export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
     local missing
     missing=$("$GPU_DEPS_PKG_CONFIG" --print-errors --exists openblas yaml-0.1 libxxhash cmocka 2>&1) || {
         echo "gpu_deps: the unpacked prefix lacks a package: $missing" >&2

@@ -30,10 +30,13 @@
  *
  * The harness is tests/unit/test_ops/ops_harness.[ch]; each op's inputs,
  * runner and reference are in tests/unit/test_ops/ops_*.c. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_required.h"
+#include "ops/cpu/cpu_backend.h"
 #include "test_ops/ops_harness.h"
 
 #define OP_TESTS(NAME, DESC)                                                                \
@@ -49,6 +52,7 @@
     }
 
 OP_TESTS(gemm, gemm_test)
+OP_TESTS(gemm_model, gemm_model_test)
 OP_TESTS(embedding, embed_test)
 OP_TESTS(rmsnorm, rms_test)
 OP_TESTS(rope, rope_test)
@@ -65,6 +69,75 @@ static void test_adamw_stochastic_bits_cuda(void **state)
     if (!g_have_cuda)
         cuda_unavailable(g_cuda_why);
     check_stochastic_bits();
+}
+
+/* 1 under `test_ops widened`: the CPU's 16-bit instructions are masked off
+ * (CTest runs it with ONEDNN_MAX_CPU_ISA=AVX512_CORE). */
+static int g_widened;
+
+/* The CPU backend multiplies bf16 with the CPU's own instructions exactly
+ * where it has them (AVX512_BF16, which AMX CPUs also have) and they are not
+ * masked off, fp32 always, fp16 never (Debian's oneDNN 2.6 has no fp16
+ * matmul); a product on two threads gives the same bits twice. */
+static void test_gemm_dispatch_cpu(void **state)
+{
+    (void)state;
+    backend *b = &g_cpu;
+    const int bf16 = !g_widened && __builtin_cpu_supports("avx512bf16");
+    assert_int_equal(llmt_cpu_gemm_native(b->dev, LLMT_DTYPE_BF16), bf16);
+    assert_int_equal(llmt_cpu_gemm_native(b->dev, LLMT_DTYPE_F32), 1);
+    assert_int_equal(llmt_cpu_gemm_native(b->dev, LLMT_DTYPE_F16), 0);
+    enum { M = 300, N = 200, K = 600 };
+    uint64_t s = 7;
+    float *x = randn(&s, M * K, 1.0, LLMT_DTYPE_BF16), *w = randn(&s, N * K, 1.0, LLMT_DTYPE_BF16);
+    void *a = dput(b, x, M * K, LLMT_DTYPE_BF16), *bb = dput(b, w, N * K, LLMT_DTYPE_BF16);
+    void *c[2];
+    llmt_op_dims dims = {0};
+    dims.dt = LLMT_DTYPE_BF16;
+    void *scratch = scratch_alloc(b, dims, (M * K + N * K + M * N) * sizeof(float));
+    for (int r = 0; r < 2; r++) {
+        c[r] = dalloc(b, M * N * 2);
+        OK(b->ops->gemm(b->dev, 0, 1, M, N, K, 1.0f, a, K, bb, K, 0.0f, c[r], N,
+                        LLMT_DTYPE_BF16, scratch));
+    }
+    assert_memory_equal(c[0], c[1], M * N * 2);
+    for (int r = 0; r < 2; r++)
+        dfree(b, c[r]);
+    dfree(b, a);
+    dfree(b, bb);
+    dfree(b, scratch);
+    free(x);
+    free(w);
+}
+
+/* k = 0: C = beta C in every dtype, beta 0 overwriting what C held. */
+static void test_gemm_empty_k_cpu(void **state)
+{
+    (void)state;
+    backend *b = &g_cpu;
+    for (int v = 0; v < 3; v++) {
+        const int dt = dtypes[v];
+        const float c0[6] = {1, -2, 3, -4, 5, -6};
+        float got[6];
+        llmt_op_dims dims = {0};
+        dims.dt = dt;
+        void *scratch = scratch_alloc(b, dims, 64);
+        void *ab = dalloc(b, 64), *c = dput(b, c0, 6, dt);
+        OK(b->ops->gemm(b->dev, 0, 0, 2, 3, 0, 1.0f, ab, 1, ab, 3, 0.5f, c, 3, dt, scratch));
+        dget(b, got, c, 6, dt);
+        for (int i = 0; i < 6; i++)
+            assert_true(got[i] == 0.5f * c0[i]);
+        float poison[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+        dfree(b, c);
+        c = dput(b, poison, 6, dt);
+        OK(b->ops->gemm(b->dev, 0, 0, 2, 3, 0, 1.0f, ab, 1, ab, 3, 0.0f, c, 3, dt, scratch));
+        dget(b, got, c, 6, dt);
+        for (int i = 0; i < 6; i++)
+            assert_true(got[i] == 0.0f);
+        dfree(b, c);
+        dfree(b, ab);
+        dfree(b, scratch);
+    }
 }
 
 /* The CUDA backend refuses what it does not handle, with a message. */
@@ -92,17 +165,29 @@ static void test_unsupported_cuda(void **state)
 /* test_ops runs the CPU half (each op against the double reference);
  * test_ops cuda the CUDA half (each op against the CPU), which exits 77,
  * CTest's "skipped", when no CUDA device can be opened (and fails instead
- * under LLMT_REQUIRE_CUDA=1). */
+ * under LLMT_REQUIRE_CUDA=1); test_ops widened the CPU's GEMMs with its
+ * 16-bit instructions masked off (ONEDNN_MAX_CPU_ISA=AVX512_CORE). */
 int main(int argc, char **argv)
 {
     int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
-    if (argc > 1 && !cuda) {
-        fprintf(stderr, "usage: %s [cuda]\n", argv[0]);
+    g_widened = argc > 1 && strcmp(argv[1], "widened") == 0;
+    if (argc > 1 && !cuda && !g_widened) {
+        fprintf(stderr, "usage: %s [cuda|widened]\n", argv[0]);
         return 2;
     }
     open_backends();
-    const struct CMUnitTest cpu_tests[] = {
+    const struct CMUnitTest widened_tests[] = {
+        cmocka_unit_test(test_gemm_dispatch_cpu),
+        cmocka_unit_test(test_gemm_empty_k_cpu),
         cmocka_unit_test(test_gemm_cpu),
+        cmocka_unit_test(test_gemm_model_cpu),
+        cmocka_unit_test(test_lm_head_ce_cpu),
+    };
+    const struct CMUnitTest cpu_tests[] = {
+        cmocka_unit_test(test_gemm_dispatch_cpu),
+        cmocka_unit_test(test_gemm_empty_k_cpu),
+        cmocka_unit_test(test_gemm_cpu),
+        cmocka_unit_test(test_gemm_model_cpu),
         cmocka_unit_test(test_embedding_cpu),
         cmocka_unit_test(test_rmsnorm_cpu),
         cmocka_unit_test(test_rope_cpu),
@@ -115,6 +200,7 @@ int main(int argc, char **argv)
     };
     const struct CMUnitTest cuda_tests[] = {
         cmocka_unit_test(test_gemm_cuda),
+        cmocka_unit_test(test_gemm_model_cuda),
         cmocka_unit_test(test_embedding_cuda),
         cmocka_unit_test(test_rmsnorm_cuda),
         cmocka_unit_test(test_rope_cuda),
@@ -127,8 +213,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_adamw_stochastic_bits_cuda),
         cmocka_unit_test(test_unsupported_cuda),
     };
-    int failed = cuda ? cmocka_run_group_tests_name("cuda", cuda_tests, NULL, NULL)
-                      : cmocka_run_group_tests_name("cpu", cpu_tests, NULL, NULL);
+    int failed = cuda       ? cmocka_run_group_tests_name("cuda", cuda_tests, NULL, NULL)
+                 : g_widened ? cmocka_run_group_tests_name("widened", widened_tests, NULL, NULL)
+                             : cmocka_run_group_tests_name("cpu", cpu_tests, NULL, NULL);
     close_backends();
     return failed ? failed : cuda && !g_have_cuda ? 77 : 0;
 }

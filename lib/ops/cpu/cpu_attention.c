@@ -3,12 +3,12 @@
  * Work is cut into blocks of ATTN_QB query rows. For the block of rows
  * [i0, i1) only keys [0, i1) can be seen, so each block is a few small
  * single-threaded sgemms on [i1]-wide rows and the masked upper triangle is
- * mostly skipped. Forward tasks are (sequence, head); backward tasks are
+ * mostly skipped (the sgemms are oneDNN's, on the thread's own state:
+ * llmt_cpu_sgemm_serial). Forward tasks are (sequence, head); backward tasks are
  * (sequence, kv head), so the key and value gradients a kv head collects from
  * its query heads are summed by one thread in a fixed order. The
  * probabilities are computed by one function whether they are kept for
  * backward or recomputed there, so recompute gives the same bits. */
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
@@ -85,13 +85,21 @@ LLMT_CLONES static void softmax_rows(float *p, int64_t seq, int64_t i0, int64_t 
 }
 
 /* Probabilities of query rows [i0, i1) of one head into p (stride seq). */
-static void probs_block(float *p, int64_t seq, fview q, fview k, int64_t hd, float scale,
-                        int64_t i0, int64_t i1)
+static int probs_block(llmt_device *dev, float *p, int64_t seq, fview q, fview k, int64_t hd,
+                       float scale, int64_t i0, int64_t i1)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(i1 - i0), (blasint)i1,
-                (blasint)hd, scale, q.p + i0 * q.ld, (blasint)q.ld, k.p, (blasint)k.ld, 0.0f, p,
-                (blasint)seq);
+    LLMT_TRY(llmt_cpu_sgemm_serial(dev, 0, 1, i1 - i0, i1, hd, scale, q.p + i0 * q.ld, q.ld, k.p,
+                                   k.ld, 0.0f, p, seq));
     softmax_rows(p, seq, i0, i1);
+    return LLMT_OK;
+}
+
+/* The status of a parallel region whose threads' worst status was err (the
+ * message, set on the failing thread, is restated on the caller's). */
+static int region_status(int err)
+{
+    return err == LLMT_OK ? LLMT_OK : llmt_fail(err, "cpu attention: a product failed (%s)",
+                                                llmt_status_string(err));
 }
 
 typedef struct head_ptrs {
@@ -114,7 +122,8 @@ int llmt_cpu_attention_fwd(llmt_device *dev, void *out, void *probs, const void 
     const int64_t T = a->seq, hd = a->head_dim, H = a->heads;
     const float scale = 1.0f / sqrtf((float)hd);
     const int64_t tasks = a->batch * H;
-#pragma omp parallel num_threads(threads_for(dev, tasks * T * T * hd / 64))
+    int err = LLMT_OK;
+#pragma omp parallel num_threads(threads_for(dev, tasks * T * T * hd / 64)) reduction(min : err)
     {
         float *mine = (float *)scratch + per_thread_floats(T, hd) * (size_t)omp_get_thread_num();
         float *pblk = mine, *cq = mine + 2 * ATTN_QB * T, *ck = cq + T * hd, *cv = ck + T * hd,
@@ -131,15 +140,16 @@ int llmt_cpu_attention_fwd(llmt_device *dev, void *out, void *probs, const void 
             for (int64_t i0 = 0; i0 < T; i0 += ATTN_QB) {
                 int64_t i1 = i0 + ATTN_QB < T ? i0 + ATTN_QB : T;
                 float *p = probs ? (float *)probs + (task * T + i0) * T : pblk;
-                probs_block(p, T, q, k, hd, scale, i0, i1);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(i1 - i0),
-                            (blasint)hd, (blasint)i1, 1.0f, p, (blasint)T, v.p, (blasint)v.ld,
-                            0.0f, o.p + i0 * o.ld, (blasint)o.ld);
+                int rc = probs_block(dev, p, T, q, k, hd, scale, i0, i1);
+                if (rc == LLMT_OK)
+                    rc = llmt_cpu_sgemm_serial(dev, 0, 0, i1 - i0, hd, i1, 1.0f, p, T, v.p, v.ld,
+                                               0.0f, o.p + i0 * o.ld, o.ld);
+                err = rc < err ? rc : err;
             }
             store_slice(o_dst, H * hd, o, T, hd, dt);
         }
     }
-    return LLMT_OK;
+    return region_status(err);
 }
 
 /* dS = P * (dP - D) with D[r] = dO[r] . O[r], over columns [0, i1). */
@@ -166,7 +176,9 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
     const int64_t group = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int64_t tasks = a->batch * KV;
-#pragma omp parallel num_threads(threads_for(dev, a->batch * H * T * T * hd / 64))
+    int err = LLMT_OK;
+#pragma omp parallel num_threads(threads_for(dev, a->batch * H * T * T * hd / 64)) \
+    reduction(min : err)
     {
         float *mine = (float *)scratch + per_thread_floats(T, hd) * (size_t)omp_get_thread_num();
         float *ds = mine, *pblk = mine + ATTN_QB * T;
@@ -199,24 +211,27 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
                     int64_t i1 = i0 + ATTN_QB < T ? i0 + ATTN_QB : T, rows = i1 - i0;
                     const float *p = probs ? (const float *)probs + ((b * H + h) * T + i0) * T
                                            : pblk;
-                    if (!probs)
-                        probs_block(pblk, T, q, k, hd, scale, i0, i1);
+                    int rc = probs ? LLMT_OK : probs_block(dev, pblk, T, q, k, hd, scale, i0, i1);
                     /* dP = dO V^T, then dS in place */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows,
-                                (blasint)i1, (blasint)hd, 1.0f, dO.p + i0 * dO.ld,
-                                (blasint)dO.ld, v.p, (blasint)v.ld, 0.0f, ds, (blasint)T);
+                    if (rc == LLMT_OK)
+                        rc = llmt_cpu_sgemm_serial(dev, 0, 1, rows, i1, hd, 1.0f, dO.p + i0 * dO.ld,
+                                                   dO.ld, v.p, v.ld, 0.0f, ds, T);
+                    if (rc != LLMT_OK) {
+                        err = rc < err ? rc : err;
+                        continue;
+                    }
                     softmax_bwd_rows(ds, p, T, rows, i1, dO.p + i0 * dO.ld, o.p + i0 * o.ld,
                                      o.ld, hd);
                     /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rows,
-                                (blasint)hd, (blasint)i1, scale, ds, (blasint)T, k.p,
-                                (blasint)k.ld, 0.0f, dq.p + i0 * dq.ld, (blasint)dq.ld);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)i1,
-                                (blasint)hd, (blasint)rows, scale, ds, (blasint)T,
-                                q.p + i0 * q.ld, (blasint)q.ld, 1.0f, dk.p, (blasint)dk.ld);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)i1,
-                                (blasint)hd, (blasint)rows, 1.0f, p, (blasint)T,
-                                dO.p + i0 * dO.ld, (blasint)dO.ld, 1.0f, dv.p, (blasint)dv.ld);
+                    rc = llmt_cpu_sgemm_serial(dev, 0, 0, rows, hd, i1, scale, ds, T, k.p, k.ld,
+                                               0.0f, dq.p + i0 * dq.ld, dq.ld);
+                    if (rc == LLMT_OK)
+                        rc = llmt_cpu_sgemm_serial(dev, 1, 0, i1, hd, rows, scale, ds, T,
+                                                   q.p + i0 * q.ld, q.ld, 1.0f, dk.p, dk.ld);
+                    if (rc == LLMT_OK)
+                        rc = llmt_cpu_sgemm_serial(dev, 1, 0, i1, hd, rows, 1.0f, p, T,
+                                                   dO.p + i0 * dO.ld, dO.ld, 1.0f, dv.p, dv.ld);
+                    err = rc < err ? rc : err;
                 }
                 store_slice(dq_dst, hp.ld, dq, T, hd, dt);
             }
@@ -224,5 +239,5 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
             store_slice(dv_dst, hp0.ld, dv, T, hd, dt);
         }
     }
-    return LLMT_OK;
+    return region_status(err);
 }

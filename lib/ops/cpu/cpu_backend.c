@@ -1,5 +1,4 @@
 /* The CPU backend's op table and constructor. */
-#include <cblas.h>
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -51,14 +50,22 @@ static const llmt_backend_ops cpu_ops = {
 
 int llmt_cpu_backend_create(int num_threads, llmt_device **out)
 {
-    llmt_device *dev = calloc(1, sizeof *dev);
-    if (!dev)
+    llmt_cpu_device *cpu = calloc(1, sizeof *cpu);
+    if (!cpu)
         return llmt_fail(LLMT_ENOMEM, "cpu backend: out of host memory");
-    /* The CPU backend splits GEMMs over its own OpenMP threads; each calls
-     * OpenBLAS single-threaded. OpenBLAS's thread count is process-wide. */
-    openblas_set_num_threads(1);
-    dev->ops = &cpu_ops;
-    dev->num_threads = num_threads;
-    *out = dev;
+    cpu->base.ops = &cpu_ops;
+    cpu->base.num_threads = num_threads;
+    cpu->onednn_thread = calloc((size_t)num_threads, sizeof *cpu->onednn_thread);
+    int rc = cpu->onednn_thread ? llmt_onednn_create(&cpu->onednn)
+                                : llmt_fail(LLMT_ENOMEM, "cpu backend: out of host memory");
+    for (int t = 0; rc == LLMT_OK && t < num_threads; t++)
+        rc = llmt_onednn_create(&cpu->onednn_thread[t]);
+    if (rc != LLMT_OK) {
+        llmt_cpu_destroy(&cpu->base);
+        return rc;
+    }
+    for (int dt = 0; dt < 3; dt++)
+        cpu->gemm_native[dt] = llmt_onednn_native(dt);
+    *out = &cpu->base;
     return LLMT_OK;
 }

@@ -6,6 +6,35 @@
 #include "ops/ops.h"
 #include "ops/cpu/cpu_kernels.h"
 
+/* oneDNN state of a CPU device: engine, stream and its cached GEMM
+ * primitives (cpu_gemm_onednn.c). */
+typedef struct llmt_onednn llmt_onednn;
+
+/* The CPU backend's device. */
+typedef struct llmt_cpu_device {
+    llmt_device base;
+    llmt_onednn *onednn;
+    /* One per OpenMP thread, for the single-threaded products attention
+     * makes inside its parallel region (llmt_cpu_sgemm_serial). */
+    llmt_onednn **onednn_thread;
+    /* Per storage dtype (indexed by LLMT_DTYPE_*), 1 where GEMMs run on the
+     * CPU's own instructions for it, 0 where they widen to fp32; fixed at
+     * creation (llmt_cpu_gemm_native). */
+    int gemm_native[3];
+} llmt_cpu_device;
+
+int llmt_onednn_create(llmt_onednn **out);
+void llmt_onednn_free(llmt_onednn *d);
+/* 1 where oneDNN multiplies dtype dt with the CPU's own instructions (fp32:
+ * always; BF16: AVX512_BF16 or AMX), within the ISA oneDNN may use
+ * (ONEDNN_MAX_CPU_ISA, oneDNN's own setting, lowers it). */
+int llmt_onednn_native(int dt);
+/* C = alpha op(A) op(B) + beta C on `threads` threads, all in dtype dt,
+ * accumulated in fp32; row-major with leading dimensions lda, ldb, ldc. */
+int llmt_onednn_gemm(llmt_onednn *d, int threads, int trans_a, int trans_b, int64_t m, int64_t n,
+                     int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                     int64_t ldb, float beta, void *c, int64_t ldc, int dt);
+
 int llmt_cpu_mem_alloc(llmt_device *dev, size_t bytes, void **out);
 void llmt_cpu_mem_free(llmt_device *dev, void *ptr);
 int llmt_cpu_copy(llmt_device *dev, void *dst, const void *src, size_t bytes);
@@ -15,6 +44,14 @@ int llmt_cpu_synchronize(llmt_device *dev);
 void llmt_cpu_destroy(llmt_device *dev);
 
 size_t llmt_cpu_gemm_scratch(const llmt_op_dims *dims);
+/* 1 where dev's GEMMs in storage dtype dt run natively, 0 where they widen
+ * to fp32 (docs/cpu.md). */
+int llmt_cpu_gemm_native(const llmt_device *dev, int dt);
+/* An fp32 product on the calling thread, from inside an OpenMP parallel
+ * region of at most dev->num_threads threads (arguments as llmt_onednn_gemm). */
+int llmt_cpu_sgemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                          int64_t ldb, float beta, float *c, int64_t ldc);
 int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                   float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
                   void *c, int64_t ldc, int dt, void *scratch);

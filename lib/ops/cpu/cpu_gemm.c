@@ -1,24 +1,27 @@
-/* CPU GEMM: OpenBLAS sgemm, one BLAS thread per OpenMP thread, each thread
- * computing a contiguous band of C's rows. On the model's shapes this beats
- * OpenBLAS's own threading (docs/PERFORMANCE.md) and keeps one thread pool,
- * and since no thread splits a reduction the result does not depend on
- * scheduling: the same thread count gives the same bits.
+/* CPU GEMM: dispatch between the CPU's own instructions for the storage
+ * dtype and widening to fp32 (docs/cpu.md).
  *
- * 16-bit operands are converted to fp32 in scratch, multiplied, and the
- * result rounded back to nearest even: the CPU has no fast 16-bit GEMM in
- * Debian's OpenBLAS (docs/precision.md). */
-#include <cblas.h>
+ * - fp32, and bf16 where the CPU has AVX512_BF16 or AMX: one oneDNN matmul
+ *   on the operands as stored, accumulated in fp32, bf16 results rounded to
+ *   nearest even (cpu_gemm_onednn.c).
+ * - Otherwise (bf16 without those instructions, fp16 always with Debian's
+ *   oneDNN 2.6): the operands are converted to fp32 in scratch, multiplied
+ *   by the fp32 path and the result rounded back to nearest even.
+ * The choice is made once per device (llmt_cpu_backend_create), so a run
+ * never mixes the two. */
 #include <omp.h>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
 
-/* fp32 scratch elements of a 16-bit GEMM: A, B and C converted. */
+/* fp32 scratch elements of a widened 16-bit GEMM: A, B and C converted. */
 static size_t gemm_floats(int64_t m, int64_t n, int64_t k)
 {
     return (size_t)(m * k + n * k + m * n);
 }
 
+/* Sized for the widened path whatever the CPU, so that a model's memory plan
+ * does not depend on the machine it is made on. */
 size_t llmt_cpu_gemm_scratch(const llmt_op_dims *d)
 {
     if (d->dt == LLMT_DTYPE_F32)
@@ -38,26 +41,10 @@ size_t llmt_cpu_gemm_scratch(const llmt_op_dims *d)
     return most * sizeof(float);
 }
 
-static void sgemm_bands(const llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-                        float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                        float beta, float *c, int64_t ldc)
+int llmt_cpu_gemm_native(const llmt_device *dev, int dt)
 {
-    const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-    const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-    /* Bands of at least 32 rows: thinner ones cost more in packing than they
-     * gain; products under 2^21 multiply-adds run on one thread. */
-    int64_t max_bands = m / 32 > 0 ? m / 32 : 1;
-    int nt = threads_for(dev, m * n * k / 64);
-    nt = nt < max_bands ? nt : (int)max_bands;
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t r0, r1;
-        split_rows(m, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
-        const float *a_band = trans_a ? a + r0 : a + r0 * lda;
-        if (r1 > r0)
-            cblas_sgemm(CblasRowMajor, ta, tb, (blasint)(r1 - r0), (blasint)n, (blasint)k, alpha,
-                        a_band, (blasint)lda, b, (blasint)ldb, beta, c + r0 * ldc, (blasint)ldc);
-    }
+    const llmt_cpu_device *cpu = (const llmt_cpu_device *)dev;
+    return dt >= 0 && dt < 3 && cpu->gemm_native[dt];
 }
 
 /* Copies a rows x cols matrix (row stride ld, dtype dt) into packed fp32. */
@@ -79,17 +66,33 @@ static void from_f32(llmt_device *dev, void *dst, const float *src, int64_t rows
             put(dst, dt, r * ld + i, src[r * cols + i]);
 }
 
+/* C = beta C over an m x n matrix of row stride ldc, stored as dt. */
+static void scale_c(llmt_device *dev, void *c, int64_t m, int64_t n, int64_t ldc, float beta,
+                    int dt)
+{
+#pragma omp parallel for schedule(static) num_threads(threads_for(dev, m * n))
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i < n; i++)
+            put(c, dt, r * ldc + i, beta == 0.0f ? 0.0f : beta * get(c, dt, r * ldc + i));
+}
+
 int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                   float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
                   void *c, int64_t ldc, int dt, void *scratch)
 {
     if (m <= 0 || n <= 0)
         return LLMT_OK;
-    if (dt == LLMT_DTYPE_F32) {
-        sgemm_bands(dev, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                    ldc);
+    if (k <= 0) { /* C = beta C (oneDNN divides by k); beta 0 overwrites NaNs too */
+        scale_c(dev, c, m, n, ldc, beta, dt);
         return LLMT_OK;
     }
+    llmt_onednn *onednn = ((llmt_cpu_device *)dev)->onednn;
+    /* Products under 2^21 multiply-adds run on one thread: waking a team
+     * costs more than they take. */
+    const int nt = threads_for(dev, m * n * k / 64);
+    if (llmt_cpu_gemm_native(dev, dt))
+        return llmt_onednn_gemm(onednn, nt, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                                beta, c, ldc, dt);
     if (!scratch)
         return llmt_fail(LLMT_EINVAL, "cpu gemm: a %s product needs scratch", llmt_dtype_name(dt));
     float *af = scratch, *bf = af + m * k, *cf = bf + n * k;
@@ -97,8 +100,23 @@ int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t
     to_f32(dev, bf, b, trans_b ? n : k, trans_b ? k : n, ldb, dt);
     if (beta != 0.0f)
         to_f32(dev, cf, c, m, n, ldc, dt);
-    sgemm_bands(dev, trans_a, trans_b, m, n, k, alpha, af, trans_a ? m : k, bf,
-                trans_b ? k : n, beta, cf, n);
+    LLMT_TRY(llmt_onednn_gemm(onednn, nt, trans_a, trans_b, m, n, k, alpha, af, trans_a ? m : k,
+                              bf, trans_b ? k : n, beta, cf, n, LLMT_DTYPE_F32));
     from_f32(dev, c, cf, m, n, ldc, dt);
     return LLMT_OK;
+}
+
+int llmt_cpu_sgemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                          int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0)
+        return LLMT_OK;
+    if (k <= 0) {
+        scale_c(dev, c, m, n, ldc, beta, LLMT_DTYPE_F32);
+        return LLMT_OK;
+    }
+    llmt_onednn *mine = ((llmt_cpu_device *)dev)->onednn_thread[omp_get_thread_num()];
+    return llmt_onednn_gemm(mine, 1, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                            ldc, LLMT_DTYPE_F32);
 }

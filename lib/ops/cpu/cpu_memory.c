@@ -61,6 +61,12 @@ int llmt_cpu_synchronize(llmt_device *dev)
 
 void llmt_cpu_destroy(llmt_device *dev)
 {
-    free(dev);
+    llmt_cpu_device *cpu = (llmt_cpu_device *)dev;
+    llmt_onednn_free(cpu->onednn);
+    if (cpu->onednn_thread)
+        for (int t = 0; t < dev->num_threads; t++)
+            llmt_onednn_free(cpu->onednn_thread[t]);
+    free(cpu->onednn_thread);
+    free(cpu);
 }
 

@@ -129,3 +129,108 @@ static void gemm_ref(int v, const void *p, result *out)
 
 const op_test gemm_test = {"gemm", 3, dt_name, dt_of, gemm_make, gemm_run, gemm_ref,
                                   gemm_free, 1.0};
+
+/* GEMM on the model's products, at odd sizes large enough to run on two
+ * threads and to leave partial blocks in every dimension of the 16-bit
+ * kernels: a linear layer (out x in weight W) over M tokens:
+ * forward Y = X W^T, data gradient dX = dY W, weight gradient dW += dY^T X.
+ * Two layers: 256 tokens, 131 x 77, and 515 tokens, 257 x 131. */
+
+enum { GMODEL_CASES = 6 };
+
+typedef struct gemm_model_in {
+    int dt;
+    int ta[GMODEL_CASES], tb[GMODEL_CASES];
+    int64_t m[GMODEL_CASES], n[GMODEL_CASES], k[GMODEL_CASES];
+    float beta[GMODEL_CASES];
+    float *a[GMODEL_CASES], *b[GMODEL_CASES], *c[GMODEL_CASES]; /* packed, as stored */
+} gemm_model_in;
+
+static const char *const gmodel_names[GMODEL_CASES] = {
+    "256x131x77 Y = X W^T", "256x131x77 dX = dY W", "256x131x77 dW += dY^T X",
+    "515x257x131 Y = X W^T", "515x257x131 dX = dY W", "515x257x131 dW += dY^T X"};
+
+static void *gemm_model_make(int v, uint64_t seed)
+{
+    uint64_t s = seed;
+    gemm_model_in *in = calloc(1, sizeof *in);
+    in->dt = dtypes[v];
+    const int64_t layers[2][3] = {{256, 131, 77}, {515, 257, 131}}; /* tokens, out, in */
+    for (int c = 0; c < GMODEL_CASES; c++) {
+        const int64_t tok = layers[c / 3][0], out = layers[c / 3][1], inn = layers[c / 3][2];
+        switch (c % 3) {
+        case 0: /* Y[tok, out] = X[tok, in] W[out, in]^T */
+            in->ta[c] = 0, in->tb[c] = 1, in->m[c] = tok, in->n[c] = out, in->k[c] = inn;
+            break;
+        case 1: /* dX[tok, in] = dY[tok, out] W[out, in] */
+            in->ta[c] = 0, in->tb[c] = 0, in->m[c] = tok, in->n[c] = inn, in->k[c] = out;
+            break;
+        default: /* dW[out, in] += dY[tok, out]^T X[tok, in] */
+            in->ta[c] = 1, in->tb[c] = 0, in->m[c] = out, in->n[c] = inn, in->k[c] = tok;
+            in->beta[c] = 1.0f;
+        }
+        in->a[c] = randn(&s, in->m[c] * in->k[c], 1.0, in->dt);
+        in->b[c] = randn(&s, in->k[c] * in->n[c], 1.0, in->dt);
+        in->c[c] = randn(&s, in->m[c] * in->n[c], 1.0, in->dt);
+    }
+    return in;
+}
+
+static void gemm_model_free(void *p)
+{
+    gemm_model_in *in = p;
+    for (int c = 0; c < GMODEL_CASES; c++) {
+        free(in->a[c]);
+        free(in->b[c]);
+        free(in->c[c]);
+    }
+    free(in);
+}
+
+static void gemm_model_run(backend *b, int v, const void *p, result *out)
+{
+    (void)v;
+    const gemm_model_in *in = p;
+    const int dt = in->dt;
+    llmt_op_dims dims = {0};
+    dims.dt = dt;
+    void *scratch = scratch_alloc(b, dims, (515 * 131 + 257 * 131 + 515 * 257) * sizeof(float));
+    for (int c = 0; c < GMODEL_CASES; c++) {
+        const int64_t m = in->m[c], n = in->n[c], k = in->k[c];
+        void *a = dput(b, in->a[c], m * k, dt), *bb = dput(b, in->b[c], k * n, dt);
+        void *cc = in->beta[c] != 0.0f ? dput(b, in->c[c], m * n, dt)
+                                       : dalloc(b, (size_t)(m * n) * llmt_dtype_size(dt));
+        OK(b->ops->gemm(b->dev, in->ta[c], in->tb[c], m, n, k, 1.0f, a, in->ta[c] ? m : k, bb,
+                        in->tb[c] ? k : n, in->beta[c], cc, n, dt, scratch));
+        add_dev(out, b, gmodel_names[c], cc, m * n, dt);
+        dfree(b, a);
+        dfree(b, bb);
+        dfree(b, cc);
+    }
+    dfree(b, scratch);
+}
+
+static void gemm_model_ref(int v, const void *p, result *out)
+{
+    (void)v;
+    const gemm_model_in *in = p;
+    for (int c = 0; c < GMODEL_CASES; c++) {
+        const int64_t m = in->m[c], n = in->n[c], k = in->k[c];
+        double *d = malloc((size_t)(m * n) * sizeof *d);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0.0;
+                for (int64_t l = 0; l < k; l++) {
+                    double x = in->ta[c] ? in->a[c][l * m + i] : in->a[c][i * k + l];
+                    double y = in->tb[c] ? in->b[c][j * k + l] : in->b[c][l * n + j];
+                    acc += x * y;
+                }
+                d[i * n + j] = acc + (double)in->beta[c] * in->c[c][i * n + j];
+            }
+        add_d(out, gmodel_names[c], d, m * n);
+        free(d);
+    }
+}
+
+const op_test gemm_model_test = {"gemm_model", 3, dt_name, dt_of, gemm_model_make, gemm_model_run,
+                                 gemm_model_ref, gemm_model_free, 1.0};

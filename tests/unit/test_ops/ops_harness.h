@@ -94,7 +94,7 @@ void check_cpu(const op_test *t);
 void check_cuda(const op_test *t);
 
 /* ---- the op tests (tests/unit/test_ops/ops_*.c) */
-extern const op_test gemm_test, embed_test, rms_test, rope_test, attn_test, swiglu_test, add_test,
+extern const op_test gemm_test, gemm_model_test, embed_test, rms_test, rope_test, attn_test, swiglu_test, add_test,
     ce_test, gs_test, adamw_test;
 /* BF16_PURE's stochastically rounded weights: CUDA equals the CPU bit for bit. */
 void check_stochastic_bits(void);
