@@ -3,6 +3,8 @@
 # would, with LLMT_LIBRARY and LD_LIBRARY_PATH unset:
 # - a C consumer through find_package(llmt COMPONENTS static) (shared and
 #   static) and through pkg-config, which is shown no module but llmt's;
+# - the static library linked against a oneDNN the linker would not find by
+#   name (LLMT_ONEDNN_LIBRARY pointing elsewhere): linked by that path;
 # - a C++-only consumer (C not enabled) through find_package(llmt), with
 #   pkg-config made blind, so the shared library's package needs neither
 #   OpenMP for C nor its dependencies' development files;
@@ -28,11 +30,29 @@ cmake --install "$build_dir" --prefix "$tmp/prefix" > "$tmp/install.log"
 pcdir=$(dirname "$(find "$tmp/prefix" -name llmt.pc)")
 libdir=$(dirname "$pcdir")
 
+# OpenBLAS is the benchmarks' reference only: the library does not load it.
+if readelf -d "$libdir/libllmt.so.0" | grep -i "NEEDED.*openblas"; then
+    fail "libllmt.so.0 needs OpenBLAS, which it does not use"
+fi
+
 consumer=$api_dir/consumer
 cmake -S "$consumer" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$tmp/prefix" > "$tmp/cfg.log"
 cmake --build "$tmp/cmake-build" > "$tmp/build.log"
 "$tmp/cmake-build/consumer_shared"
 "$tmp/cmake-build/consumer_static"
+
+# oneDNN elsewhere: a link to the build's libdnnl in a directory of its own.
+onednn=$(sed -n 's/^LLMT_ONEDNN_LIBRARY:FILEPATH=//p' "$build_dir/CMakeCache.txt")
+[ -f "$onednn" ] || fail "no LLMT_ONEDNN_LIBRARY in $build_dir/CMakeCache.txt"
+mkdir "$tmp/onednn"
+ln -s "$(realpath "$onednn")" "$tmp/onednn/libdnnl.so"
+cmake -S "$consumer" -B "$tmp/onednn-build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+    -DLLMT_ONEDNN_LIBRARY="$tmp/onednn/libdnnl.so" > "$tmp/onednn-cfg.log"
+cmake --build "$tmp/onednn-build" --target consumer_static > "$tmp/onednn-build.log"
+grep -q -- "$tmp/onednn/libdnnl.so" "$tmp/onednn-build/CMakeFiles/consumer_static.dir/link.txt" ||
+    fail "llmt::llmt_static links oneDNN by name, not LLMT_ONEDNN_LIBRARY's path:" \
+        "$(cat "$tmp/onednn-build/CMakeFiles/consumer_static.dir/link.txt")"
+"$tmp/onednn-build/consumer_static"
 
 mkdir "$tmp/no-pc"
 if ! env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR="$tmp/no-pc" cmake -S "$api_dir/consumer_cxx" \
@@ -49,8 +69,14 @@ flags=$(PKG_CONFIG_LIBDIR="$pcdir" pkg-config --cflags --libs llmt) ||
     fail "pkg-config --libs llmt needs modules other than llmt"
 cc -o "$tmp/consumer_pc" "$consumer/consumer.c" $flags
 LD_LIBRARY_PATH="$libdir" "$tmp/consumer_pc"
-PKG_CONFIG_LIBDIR="$pcdir" pkg-config --static --libs llmt | grep -q -- -lopenblas ||
-    fail "pkg-config --static --libs llmt does not name OpenBLAS"
+static_libs=$(PKG_CONFIG_LIBDIR="$pcdir" pkg-config --static --libs llmt)
+case " $static_libs " in
+*" -ldnnl "*) ;;
+*) fail "pkg-config --static --libs llmt does not name oneDNN: $static_libs" ;;
+esac
+case " $static_libs " in
+*openblas*) fail "pkg-config --static --libs llmt names OpenBLAS, which libllmt does not use" ;;
+esac
 
 # A moved copy of the prefix: the tools run from it and load its libllmt.
 cp -a "$tmp/prefix" "$tmp/moved"

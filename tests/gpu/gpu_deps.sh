@@ -9,9 +9,12 @@
 # On success it exports PKG_CONFIG_LIBDIR (only the prefix's .pc files are
 # seen: the build cannot pick up the system's by accident), LD_LIBRARY_PATH
 # (the prefix's libraries first, for the programs built against them, and
-# OpenBLAS's libgfortran, which no RUNPATH names) and GPU_DEPS_PKG_CONFIG
-# (the prefix's pkgconf, for CMake's PKG_CONFIG_EXECUTABLE). It unpacks with
-# dpkg-deb, or with ar and tar where dpkg is absent (or GPU_DEPS_NO_DPKG=1).
+# OpenBLAS's libgfortran, which no RUNPATH names), GPU_DEPS_PKG_CONFIG
+# (the prefix's pkgconf, for CMake's PKG_CONFIG_EXECUTABLE) and
+# GPU_DEPS_ONEDNN_INCLUDE_DIR and GPU_DEPS_ONEDNN_LIBRARY (oneDNN has no
+# pkg-config module: run.sh passes them to CMake as LLMT_ONEDNN_INCLUDE_DIR
+# and LLMT_ONEDNN_LIBRARY). It unpacks with dpkg-deb, or with ar and tar
+# where dpkg is absent (or GPU_DEPS_NO_DPKG=1).
 
 # The packages (tests/gpu/prepare.sh downloads them): the closure of the
 # build's -dev packages (apt-cache depends), without libc6, libgcc-s1 and the
@@ -53,13 +56,20 @@ gpu_deps_unpack() {
     export PKG_CONFIG_PATH=
     export LD_LIBRARY_PATH="$prefix/$multiarch/openblas-pthread:$prefix/$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export GPU_DEPS_PKG_CONFIG="$prefix/usr/bin/pkgconf"
-    # oneDNN has no pkg-config module: CMake finds it under this prefix.
-    export CMAKE_PREFIX_PATH="$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+    export GPU_DEPS_ONEDNN_INCLUDE_DIR="$prefix/usr/include"
+    export GPU_DEPS_ONEDNN_LIBRARY="$prefix/$multiarch/libdnnl.so"
     local missing
     missing=$("$GPU_DEPS_PKG_CONFIG" --print-errors --exists openblas yaml-0.1 libxxhash cmocka 2>&1) || {
         echo "gpu_deps: the unpacked prefix lacks a package: $missing" >&2
         return 1
     }
+    local f
+    for f in "$GPU_DEPS_ONEDNN_INCLUDE_DIR/oneapi/dnnl/dnnl.h" "$GPU_DEPS_ONEDNN_LIBRARY"; do
+        [ -e "$f" ] || {
+            echo "gpu_deps: the unpacked prefix lacks oneDNN's $f (libdnnl-dev, libdnnl2)" >&2
+            return 1
+        }
+    done
     echo "gpu_deps: $n .debs unpacked into $prefix; pkg-config sees only" \
         "$("$GPU_DEPS_PKG_CONFIG" --list-all | awk '{print $1}' | sort | tr '\n' ' ')"
 }

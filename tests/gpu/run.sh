@@ -236,7 +236,8 @@ if [ $build_only = 1 ] && [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null;
 fi
 run_stage configure 120 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DLLMT_CUDA=$cuda -DLLMT_WERROR=OFF -DLLMT_CUDA_ARCHITECTURES="$arch-real" \
-    -DPKG_CONFIG_EXECUTABLE="$GPU_DEPS_PKG_CONFIG" "${cmake_cuda[@]}" || finish
+    -DPKG_CONFIG_EXECUTABLE="$GPU_DEPS_PKG_CONFIG" -DLLMT_ONEDNN_INCLUDE_DIR="$GPU_DEPS_ONEDNN_INCLUDE_DIR" \
+    -DLLMT_ONEDNN_LIBRARY="$GPU_DEPS_ONEDNN_LIBRARY" "${cmake_cuda[@]}" || finish
 run_stage build 300 cmake --build "$build" -j"$jobs"
 build_rc=$?
 cp "$build/stage-build.log" "$out/gpu-build.log"

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cuda_required.h"
 #include "ops/cpu/cpu_backend.h"
@@ -75,15 +76,38 @@ static void test_adamw_stochastic_bits_cuda(void **state)
  * (CTest runs it with ONEDNN_MAX_CPU_ISA=AVX512_CORE). */
 static int g_widened;
 
+/* 1 unless oneDNN's ISA cap, as the environment sets it, masks off the
+ * bf16 instructions. oneDNN 2.6 reads ONEDNN_MAX_CPU_ISA, else the older
+ * DNNL_MAX_CPU_ISA, case-insensitively; a value it does not know leaves every
+ * ISA allowed. The caps below AVX512_CORE_BF16 are those of its manual. */
+static int isa_cap_allows_bf16(void)
+{
+    const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+    if (!cap || !*cap)
+        cap = getenv("DNNL_MAX_CPU_ISA");
+    if (!cap)
+        return 1;
+    static const char *const below[] = {"SSE41",      "AVX",           "AVX2",
+                                        "AVX2_VNNI",  "AVX512_MIC",    "AVX512_MIC_4OPS",
+                                        "AVX512_CORE", "AVX512_CORE_VNNI"};
+    for (size_t i = 0; i < sizeof below / sizeof *below; i++)
+        if (strcasecmp(cap, below[i]) == 0)
+            return 0;
+    return 1;
+}
+
 /* The CPU backend multiplies bf16 with the CPU's own instructions exactly
  * where it has them (AVX512_BF16, which AMX CPUs also have) and they are not
- * masked off, fp32 always, fp16 never (Debian's oneDNN 2.6 has no fp16
- * matmul); a product on two threads gives the same bits twice. */
+ * masked off (by `test_ops widened`'s environment, or the user's), fp32
+ * always, fp16 never (Debian's oneDNN 2.6 has no fp16 matmul); a product on
+ * two threads gives the same bits twice. */
 static void test_gemm_dispatch_cpu(void **state)
 {
     (void)state;
     backend *b = &g_cpu;
-    const int bf16 = !g_widened && __builtin_cpu_supports("avx512bf16");
+    if (g_widened)
+        assert_false(isa_cap_allows_bf16()); /* else `widened` would test nothing */
+    const int bf16 = isa_cap_allows_bf16() && __builtin_cpu_supports("avx512bf16");
     assert_int_equal(llmt_cpu_gemm_native(b->dev, LLMT_DTYPE_BF16), bf16);
     assert_int_equal(llmt_cpu_gemm_native(b->dev, LLMT_DTYPE_F32), 1);
     assert_int_equal(llmt_cpu_gemm_native(b->dev, LLMT_DTYPE_F16), 0);
@@ -138,6 +162,14 @@ static void test_gemm_empty_k_cpu(void **state)
         dfree(b, ab);
         dfree(b, scratch);
     }
+}
+
+/* A failing product fails the ops that make it (an injected failure). */
+static void test_gemm_failure_cpu(void **state)
+{
+    (void)state;
+    check_ce_gemm_failure();
+    check_attention_gemm_failure();
 }
 
 /* The CUDA backend refuses what it does not handle, with a message. */
@@ -197,6 +229,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lm_head_ce_cpu),
         cmocka_unit_test(test_grad_stats_cpu),
         cmocka_unit_test(test_adamw_cpu),
+        cmocka_unit_test(test_gemm_failure_cpu),
     };
     const struct CMUnitTest cuda_tests[] = {
         cmocka_unit_test(test_gemm_cuda),

@@ -10,6 +10,7 @@
  * probabilities are computed by one function whether they are kept for
  * backward or recomputed there, so recompute gives the same bits. */
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -94,12 +95,30 @@ static int probs_block(llmt_device *dev, float *p, int64_t seq, fview q, fview k
     return LLMT_OK;
 }
 
-/* The status of a parallel region whose threads' worst status was err (the
- * message, set on the failing thread, is restated on the caller's). */
-static int region_status(int err)
+/* The first failure of a parallel region's threads: its status and the
+ * message the failing thread set (messages are per thread). */
+typedef struct region_error {
+    int code; /* LLMT_OK: none yet */
+    char message[512];
+} region_error;
+
+/* Records status rc of the calling thread's product unless it succeeded or
+ * another thread's failure was recorded first. */
+static void note_failure(region_error *e, int rc)
 {
-    return err == LLMT_OK ? LLMT_OK : llmt_fail(err, "cpu attention: a product failed (%s)",
-                                                llmt_status_string(err));
+    if (rc == LLMT_OK)
+        return;
+#pragma omp critical(llmt_attention_failure)
+    if (e->code == LLMT_OK) {
+        e->code = rc;
+        snprintf(e->message, sizeof e->message, "%s", llmt_error_last());
+    }
+}
+
+/* The region's status, its failing thread's message restated on the caller's. */
+static int region_status(const region_error *e)
+{
+    return e->code == LLMT_OK ? LLMT_OK : llmt_fail(e->code, "cpu attention: %s", e->message);
 }
 
 typedef struct head_ptrs {
@@ -122,8 +141,8 @@ int llmt_cpu_attention_fwd(llmt_device *dev, void *out, void *probs, const void 
     const int64_t T = a->seq, hd = a->head_dim, H = a->heads;
     const float scale = 1.0f / sqrtf((float)hd);
     const int64_t tasks = a->batch * H;
-    int err = LLMT_OK;
-#pragma omp parallel num_threads(threads_for(dev, tasks * T * T * hd / 64)) reduction(min : err)
+    region_error failed = {LLMT_OK, ""};
+#pragma omp parallel num_threads(threads_for(dev, tasks * T * T * hd / 64))
     {
         float *mine = (float *)scratch + per_thread_floats(T, hd) * (size_t)omp_get_thread_num();
         float *pblk = mine, *cq = mine + 2 * ATTN_QB * T, *ck = cq + T * hd, *cv = ck + T * hd,
@@ -144,12 +163,12 @@ int llmt_cpu_attention_fwd(llmt_device *dev, void *out, void *probs, const void 
                 if (rc == LLMT_OK)
                     rc = llmt_cpu_sgemm_serial(dev, 0, 0, i1 - i0, hd, i1, 1.0f, p, T, v.p, v.ld,
                                                0.0f, o.p + i0 * o.ld, o.ld);
-                err = rc < err ? rc : err;
+                note_failure(&failed, rc);
             }
             store_slice(o_dst, H * hd, o, T, hd, dt);
         }
     }
-    return region_status(err);
+    return region_status(&failed);
 }
 
 /* dS = P * (dP - D) with D[r] = dO[r] . O[r], over columns [0, i1). */
@@ -176,9 +195,8 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
     const int64_t group = H / KV;
     const float scale = 1.0f / sqrtf((float)hd);
     const int64_t tasks = a->batch * KV;
-    int err = LLMT_OK;
-#pragma omp parallel num_threads(threads_for(dev, a->batch * H * T * T * hd / 64)) \
-    reduction(min : err)
+    region_error failed = {LLMT_OK, ""};
+#pragma omp parallel num_threads(threads_for(dev, a->batch * H * T * T * hd / 64))
     {
         float *mine = (float *)scratch + per_thread_floats(T, hd) * (size_t)omp_get_thread_num();
         float *ds = mine, *pblk = mine + ATTN_QB * T;
@@ -217,7 +235,7 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
                         rc = llmt_cpu_sgemm_serial(dev, 0, 1, rows, i1, hd, 1.0f, dO.p + i0 * dO.ld,
                                                    dO.ld, v.p, v.ld, 0.0f, ds, T);
                     if (rc != LLMT_OK) {
-                        err = rc < err ? rc : err;
+                        note_failure(&failed, rc);
                         continue;
                     }
                     softmax_bwd_rows(ds, p, T, rows, i1, dO.p + i0 * dO.ld, o.p + i0 * o.ld,
@@ -231,7 +249,7 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
                     if (rc == LLMT_OK)
                         rc = llmt_cpu_sgemm_serial(dev, 1, 0, i1, hd, rows, 1.0f, p, T,
                                                    dO.p + i0 * dO.ld, dO.ld, 1.0f, dv.p, dv.ld);
-                    err = rc < err ? rc : err;
+                    note_failure(&failed, rc);
                 }
                 store_slice(dq_dst, hp.ld, dq, T, hd, dt);
             }
@@ -239,5 +257,5 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
             store_slice(dv_dst, hp0.ld, dv, T, hd, dt);
         }
     }
-    return region_status(err);
+    return region_status(&failed);
 }

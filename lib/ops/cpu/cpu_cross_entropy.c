@@ -83,8 +83,8 @@ int llmt_cpu_lm_head_ce(llmt_device *dev, const llmt_ce_args *a)
         const float *h = wide ? (const float *)a->h + c0 * a->d : h_rows;
         if (!wide)
             convert_in(dev, h_rows, cat(a->h, dt, c0 * a->d), rows * a->d, dt);
-        llmt_cpu_gemm(dev, 0, 1, rows, a->vocab, a->d, 1.0f, h, a->d, w, a->d, 0.0f, logits,
-                      a->vocab, LLMT_DTYPE_F32, NULL);
+        LLMT_TRY(llmt_cpu_gemm(dev, 0, 1, rows, a->vocab, a->d, 1.0f, h, a->d, w, a->d, 0.0f,
+                               logits, a->vocab, LLMT_DTYPE_F32, NULL));
         if (a->logits_out)
             memcpy(a->logits_out + c0 * a->vocab, logits, (size_t)(rows * a->vocab) * sizeof(float));
         if (!a->targets)
@@ -108,10 +108,10 @@ int llmt_cpu_lm_head_ce(llmt_device *dev, const llmt_ce_args *a)
         if (!want_grad)
             continue;
         float *dh = wide ? (float *)a->dh + c0 * a->d : dh_rows;
-        llmt_cpu_gemm(dev, 0, 0, rows, a->d, a->vocab, 1.0f, logits, a->vocab, w, a->d, 0.0f, dh,
-                      a->d, LLMT_DTYPE_F32, NULL);
-        llmt_cpu_gemm(dev, 1, 0, a->vocab, a->d, rows, 1.0f, logits, a->vocab, h, a->d, 1.0f, dw,
-                      a->d, LLMT_DTYPE_F32, NULL);
+        LLMT_TRY(llmt_cpu_gemm(dev, 0, 0, rows, a->d, a->vocab, 1.0f, logits, a->vocab, w, a->d,
+                               0.0f, dh, a->d, LLMT_DTYPE_F32, NULL));
+        LLMT_TRY(llmt_cpu_gemm(dev, 1, 0, a->vocab, a->d, rows, 1.0f, logits, a->vocab, h, a->d,
+                               1.0f, dw, a->d, LLMT_DTYPE_F32, NULL));
         if (!wide)
             convert_out(dev, at(a->dh, dt, c0 * a->d), dh_rows, rows * a->d, dt, 0);
     }

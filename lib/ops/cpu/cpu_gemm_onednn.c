@@ -245,22 +245,28 @@ int llmt_onednn_gemm(llmt_onednn *d, int threads, int trans_a, int trans_b, int6
     gemm_entry *e = NULL;
     int rc = entry_for(d, &key, &e);
     dnnl_status_t st = dnnl_success;
+    const char *what = "operand binding";
     if (rc == LLMT_OK) {
-        dnnl_memory_set_data_handle(e->a, (void *)a);
-        dnnl_memory_set_data_handle(e->b, (void *)b);
-        dnnl_memory_set_data_handle(e->c, c);
+        st = dnnl_memory_set_data_handle(e->a, (void *)a);
+        if (st == dnnl_success)
+            st = dnnl_memory_set_data_handle(e->b, (void *)b);
+        if (st == dnnl_success)
+            st = dnnl_memory_set_data_handle(e->c, c);
+        if (st == dnnl_success && e->scratch)
+            st = dnnl_memory_set_data_handle(e->scratch, d->scratch);
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a},
                                    {DNNL_ARG_WEIGHTS, e->b},
                                    {DNNL_ARG_DST, e->c},
                                    {DNNL_ARG_SCRATCHPAD, e->scratch}};
-        if (e->scratch)
-            dnnl_memory_set_data_handle(e->scratch, d->scratch);
-        st = dnnl_primitive_execute(e->prim, d->stream, e->scratch ? 4 : 3, args);
+        if (st == dnnl_success) {
+            what = "matmul execution";
+            st = dnnl_primitive_execute(e->prim, d->stream, e->scratch ? 4 : 3, args);
+        }
         if (st == dnnl_success)
             st = dnnl_stream_wait(d->stream);
     }
     omp_set_num_threads(saved_threads);
     if (rc != LLMT_OK)
         return rc;
-    return st == dnnl_success ? LLMT_OK : dnnl_fail(st, "matmul execution");
+    return st == dnnl_success ? LLMT_OK : dnnl_fail(st, what);
 }

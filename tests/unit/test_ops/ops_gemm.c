@@ -14,6 +14,8 @@
  * dimensions on some. */
 
 enum { GM = 37, GN = 29, GK = 45 };
+/* What C's padding holds before and after a product. */
+#define PAD_BYTE 0xA5
 
 typedef struct gemm_in {
     int dt;
@@ -75,7 +77,6 @@ static void add_c_block(result *r, const char *name, const float *c, int64_t ldc
 
 static void gemm_run(backend *b, int v, const void *p, result *out)
 {
-    (void)v;
     const gemm_in *in = p;
     const int dt = in->dt;
     llmt_op_dims dims = {0};
@@ -84,11 +85,27 @@ static void gemm_run(backend *b, int v, const void *p, result *out)
     for (int c = 0; c < 8; c++) {
         int64_t na = (in->ta[c] ? GK : GM) * in->lda[c], nb = (in->tb[c] ? GN : GK) * in->ldb[c];
         void *a = dput(b, in->a[c], na, dt), *bb = dput(b, in->b[c], nb, dt);
-        /* beta 0 leaves C poisoned: the op must not read it */
-        void *cc = in->beta[c] != 0.0f ? dput(b, in->c[c], GM * in->ldc[c], dt)
-                                       : dalloc(b, (size_t)(GM * in->ldc[c]) * llmt_dtype_size(dt));
+        /* beta 0 leaves C poisoned (0xFF bytes): the op must not read it;
+         * C's padding columns [GN, ldc) hold PAD_BYTE bytes: it must not
+         * write them. */
+        const size_t e = llmt_dtype_size(dt), c_bytes = (size_t)(GM * in->ldc[c]) * e;
+        unsigned char *hc = pack(in->c[c], GM * in->ldc[c], dt);
+        if (in->beta[c] == 0.0f)
+            memset(hc, 0xFF, c_bytes);
+        for (int i = 0; i < GM; i++)
+            memset(hc + (size_t)(i * in->ldc[c] + GN) * e, PAD_BYTE,
+                   (size_t)(in->ldc[c] - GN) * e);
+        void *cc = dput_raw(b, hc, c_bytes);
         OK(b->ops->gemm(b->dev, in->ta[c], in->tb[c], GM, GN, GK, in->alpha, a, in->lda[c], bb,
                         in->ldb[c], in->beta[c], cc, in->ldc[c], dt, scratch));
+        OK(b->ops->copy_to_host(b->dev, hc, cc, c_bytes));
+        for (int i = 0; i < GM; i++)
+            for (size_t x = (size_t)(i * in->ldc[c] + GN) * e; x < (size_t)(i + 1) * in->ldc[c] * e;
+                 x++)
+                if (hc[x] != PAD_BYTE)
+                    fail_msg("gemm case %d (%s): C padding byte %zu of row %d written", c,
+                             dt_name(v), x, i);
+        free(hc);
         float *h = malloc((size_t)(GM * in->ldc[c]) * sizeof *h);
         dget(b, h, cc, GM * in->ldc[c], dt);
         char name[40];

@@ -98,5 +98,9 @@ extern const op_test gemm_test, gemm_model_test, embed_test, rms_test, rope_test
     ce_test, gs_test, adamw_test;
 /* BF16_PURE's stochastically rounded weights: CUDA equals the CPU bit for bit. */
 void check_stochastic_bits(void);
+/* CPU ops whose oneDNN product fails return its status and message
+ * (tests/unit/test_ops/ops_gemm_fault.c). */
+void check_ce_gemm_failure(void);
+void check_attention_gemm_failure(void);
 
 #endif
