@@ -28,85 +28,14 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from torch_llama import batch, build_model  # noqa: E402 (after the path)
 
 CFG = dict(vocab=8192, d=512, layers=8, heads=8, kv_heads=8, ffn=1408, batch=4, seq=512,
            eps=1e-5, theta=10000.0)
-
-
-def batch(torch):
-    """bench_step's tokens and targets: (i * 2654435761) mod 2^32 mod vocab."""
-    n = CFG["batch"] * CFG["seq"]
-    i = torch.arange(n, dtype=torch.int64)
-    tok = ((i * 2654435761) & 0xFFFFFFFF) % CFG["vocab"]
-    tgt = (((i + 1) * 2654435761) & 0xFFFFFFFF) % CFG["vocab"]
-    shape = (CFG["batch"], CFG["seq"])
-    return tok.view(shape), tgt.view(shape)
-
-
-def build_model(torch):
-    nn, F = torch.nn, torch.nn.functional
-    d, hd = CFG["d"], CFG["d"] // CFG["heads"]
-
-    class RMSNorm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(d))
-
-        def forward(self, x):
-            xf = x.float()
-            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + CFG["eps"])
-            return (y * self.weight).to(x.dtype)
-
-    def rope(x, cos, sin):  # x [b, h, t, hd], rotate-half pairing
-        x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            kv = CFG["kv_heads"] * hd
-            self.attn_norm, self.ffn_norm = RMSNorm(), RMSNorm()
-            self.q = nn.Linear(d, d, bias=False)
-            self.k = nn.Linear(d, kv, bias=False)
-            self.v = nn.Linear(d, kv, bias=False)
-            self.o = nn.Linear(d, d, bias=False)
-            self.gate = nn.Linear(d, CFG["ffn"], bias=False)
-            self.up = nn.Linear(d, CFG["ffn"], bias=False)
-            self.down = nn.Linear(CFG["ffn"], d, bias=False)
-
-        def forward(self, x, cos, sin):
-            b, t, _ = x.shape
-            h = self.attn_norm(x)
-            q = self.q(h).view(b, t, CFG["heads"], hd).transpose(1, 2)
-            k = self.k(h).view(b, t, CFG["kv_heads"], hd).transpose(1, 2)
-            v = self.v(h).view(b, t, CFG["kv_heads"], hd).transpose(1, 2)
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
-            h = self.ffn_norm(x)
-            return x + self.down(F.silu(self.gate(h)) * self.up(h))
-
-    class LLaMA(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(CFG["vocab"], d)
-            self.blocks = nn.ModuleList(Block() for _ in range(CFG["layers"]))
-            self.norm = RMSNorm()
-            self.head = nn.Linear(d, CFG["vocab"], bias=False)
-            inv = 1.0 / CFG["theta"] ** (torch.arange(0, hd, 2).float() / hd)
-            ang = torch.outer(torch.arange(CFG["seq"]).float(), inv)
-            self.register_buffer("cos", ang.cos(), persistent=False)  # [T, hd / 2]
-            self.register_buffer("sin", ang.sin(), persistent=False)
-
-        def forward(self, tokens, targets):
-            x = self.embed(tokens)
-            for blk in self.blocks:
-                x = blk(x, self.cos, self.sin)
-            logits = self.head(self.norm(x))
-            return F.cross_entropy(logits.float().view(-1, CFG["vocab"]), targets.view(-1))
-
-    return LLaMA()
 
 
 class TorchRun:
@@ -115,10 +44,10 @@ class TorchRun:
     def __init__(self, torch, mode):
         self.torch, self.mode = torch, mode
         torch.manual_seed(0)
-        self.model = build_model(torch)
+        self.model = build_model(torch, CFG)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-4, betas=(0.9, 0.95),
                                      eps=1e-8, weight_decay=0.1, fused=True)
-        self.tokens, self.targets = batch(torch)
+        self.tokens, self.targets = batch(torch, CFG)
         self.step()  # warm-up
 
     def step(self):
