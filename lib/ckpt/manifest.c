@@ -14,32 +14,27 @@
 
 /* ---- formatting */
 
-static void key(llmt_jw *w, const char *k)
-{
-    llmt_jw_key(w, k, strlen(k));
-}
-
 static void put_i64(llmt_jw *w, const char *k, int64_t v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_int64(w, v);
 }
 
 static void put_u64(llmt_jw *w, const char *k, uint64_t v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_uint64(w, v);
 }
 
 static void put_f64(llmt_jw *w, const char *k, double v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_double(w, v);
 }
 
 static void put_str(llmt_jw *w, const char *k, const char *v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_string(w, v, strlen(v));
 }
 
@@ -109,35 +104,35 @@ int llmt_manifest_format(const llmt_manifest *m, char **out, size_t *len)
     put_i64(&w, "step", m->step);
     put_i64(&w, "epoch", m->epoch);
     put_i64(&w, "tokens_seen", m->tokens_seen);
-    key(&w, "model");
+    llmt_jw_keyz(&w, "model");
     llmt_model_config_write_json(&w, &m->model);
-    key(&w, "optimizer");
+    llmt_jw_keyz(&w, "optimizer");
     if (m->has_optimizer)
         write_optimizer(&w, m);
     else
         llmt_jw_null(&w);
-    key(&w, "loss_scaler");
+    llmt_jw_keyz(&w, "loss_scaler");
     if (m->has_scaler)
         write_scaler(&w, m);
     else
         llmt_jw_null(&w);
-    key(&w, "rng");
+    llmt_jw_keyz(&w, "rng");
     llmt_jw_begin_object(&w);
     put_u64(&w, "seed", m->context_rng.seed);
     put_u64(&w, "stream", m->context_rng.stream);
     put_u64(&w, "offset", m->context_rng.offset);
     llmt_jw_end_object(&w);
-    key(&w, "data");
+    llmt_jw_keyz(&w, "data");
     if (m->has_loader)
         write_loader(&w, &m->loader);
     else
         llmt_jw_null(&w);
-    key(&w, "config_yaml");
+    llmt_jw_keyz(&w, "config_yaml");
     if (m->config_yaml)
         llmt_jw_string(&w, m->config_yaml, strlen(m->config_yaml));
     else
         llmt_jw_null(&w);
-    key(&w, "files");
+    llmt_jw_keyz(&w, "files");
     llmt_jw_begin_array(&w);
     for (int i = 0; i < m->n_files; i++) {
         llmt_jw_begin_object(&w);

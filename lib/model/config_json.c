@@ -49,20 +49,20 @@ int llmt_model_config_write_json(llmt_jw *w, const llmt_model_config *cfg)
         llmt_jw_key(w, int_fields[i].name, strlen(int_fields[i].name));
         llmt_jw_int64(w, int_of(cfg, i));
     }
-    llmt_jw_key(w, "rms_norm_eps", strlen("rms_norm_eps"));
+    llmt_jw_keyz(w, "rms_norm_eps");
     llmt_jw_double(w, cfg->rms_norm_eps);
-    llmt_jw_key(w, "rope_theta", strlen("rope_theta"));
+    llmt_jw_keyz(w, "rope_theta");
     llmt_jw_double(w, cfg->rope_theta);
     /* Written only when set, so configurations without scaling keep the
      * version 1 text that older readers accept. */
     if (cfg->rope_scaling == LLMT_ROPE_SCALING_LLAMA3) {
-        llmt_jw_key(w, "rope_scaling", strlen("rope_scaling"));
+        llmt_jw_keyz(w, "rope_scaling");
         llmt_jw_string(w, "llama3", strlen("llama3"));
         for (size_t i = 0; i < SCALING_FLOAT_COUNT; i++) {
             llmt_jw_key(w, scaling_floats[i].name, strlen(scaling_floats[i].name));
             llmt_jw_double(w, *(const float *)((const char *)cfg + scaling_floats[i].offset));
         }
-        llmt_jw_key(w, "rope_original_max_len", strlen("rope_original_max_len"));
+        llmt_jw_keyz(w, "rope_original_max_len");
         llmt_jw_int64(w, cfg->rope_original_max_len);
     }
     return llmt_jw_end_object(w); /* the writer's first error sticks */

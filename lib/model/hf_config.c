@@ -237,20 +237,15 @@ static const char *dtype_torch_name(int dtype)
     return dtype == LLMT_DTYPE_F32 ? "float32" : dtype == LLMT_DTYPE_BF16 ? "bfloat16" : "float16";
 }
 
-static void key(llmt_jw *w, const char *k)
-{
-    llmt_jw_key(w, k, strlen(k));
-}
-
 static void key_int(llmt_jw *w, const char *k, int64_t v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_int64(w, v);
 }
 
 static void key_token(llmt_jw *w, const char *k, int32_t id)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     if (id < 0)
         llmt_jw_null(w);
     else
@@ -259,26 +254,26 @@ static void key_token(llmt_jw *w, const char *k, int32_t id)
 
 static void key_string(llmt_jw *w, const char *k, const char *v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_string(w, v, strlen(v));
 }
 
 static void key_float(llmt_jw *w, const char *k, float v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_double(w, float_decimal(v));
 }
 
 static void key_bool(llmt_jw *w, const char *k, bool v)
 {
-    key(w, k);
+    llmt_jw_keyz(w, k);
     llmt_jw_bool(w, v);
 }
 
 /* rope_scaling as transformers 4.x writes it (5.x reads it too). */
 static void write_rope_scaling(llmt_jw *w, const llmt_model_config *c)
 {
-    key(w, "rope_scaling");
+    llmt_jw_keyz(w, "rope_scaling");
     if (c->rope_scaling != LLMT_ROPE_SCALING_LLAMA3) {
         llmt_jw_null(w);
         return;
@@ -298,7 +293,7 @@ int llmt_hf_config_write(const char *path, const llmt_model_config *c,
     llmt_jw w;
     llmt_jw_init(&w);
     llmt_jw_begin_object(&w);
-    key(&w, "architectures");
+    llmt_jw_keyz(&w, "architectures");
     llmt_jw_begin_array(&w);
     llmt_jw_string(&w, "LlamaForCausalLM", strlen("LlamaForCausalLM"));
     llmt_jw_end_array(&w);

@@ -24,11 +24,6 @@ void llmt_metrics_close(llmt_trainer *tr)
     tr->metrics = NULL;
 }
 
-static void key(llmt_jw *w, const char *k)
-{
-    llmt_jw_key(w, k, strlen(k));
-}
-
 /* Writes the finished object as one line and flushes it. */
 static void emit(llmt_trainer *tr, llmt_jw *w)
 {
@@ -49,30 +44,32 @@ void llmt_metrics_step(llmt_trainer *tr, const llmt_step_report *r)
     llmt_jw w;
     llmt_jw_init(&w);
     llmt_jw_begin_object(&w);
-    key(&w, "step"), llmt_jw_int64(&w, r->step);
-    key(&w, "loss"), llmt_jw_double(&w, r->loss);
-    key(&w, "grad_norm"), isfinite(r->grad_norm) ? llmt_jw_double(&w, r->grad_norm) : llmt_jw_null(&w);
-    key(&w, "lr"), llmt_jw_double(&w, r->lr);
-    key(&w, "loss_scale"), llmt_jw_double(&w, r->loss_scale);
-    key(&w, "skipped"), llmt_jw_bool(&w, r->skipped);
-    key(&w, "seconds"), llmt_jw_double(&w, r->seconds);
-    key(&w, "tokens_per_s"), llmt_jw_double(&w, r->tokens_per_second);
-    key(&w, "tokens_seen"), llmt_jw_int64(&w, r->tokens_seen);
-    key(&w, "micro_batch"), llmt_jw_int64(&w, r->micro_batch);
-    key(&w, "recompute"), llmt_jw_string(&w, llmt_recompute_policy_name(r->recompute),
+    llmt_jw_keyz(&w, "step"), llmt_jw_int64(&w, r->step);
+    llmt_jw_keyz(&w, "loss"), llmt_jw_double(&w, r->loss);
+    llmt_jw_keyz(&w, "grad_norm"),
+        isfinite(r->grad_norm) ? llmt_jw_double(&w, r->grad_norm) : llmt_jw_null(&w);
+    llmt_jw_keyz(&w, "lr"), llmt_jw_double(&w, r->lr);
+    llmt_jw_keyz(&w, "loss_scale"), llmt_jw_double(&w, r->loss_scale);
+    llmt_jw_keyz(&w, "skipped"), llmt_jw_bool(&w, r->skipped);
+    llmt_jw_keyz(&w, "seconds"), llmt_jw_double(&w, r->seconds);
+    llmt_jw_keyz(&w, "tokens_per_s"), llmt_jw_double(&w, r->tokens_per_second);
+    llmt_jw_keyz(&w, "tokens_seen"), llmt_jw_int64(&w, r->tokens_seen);
+    llmt_jw_keyz(&w, "micro_batch"), llmt_jw_int64(&w, r->micro_batch);
+    llmt_jw_keyz(&w, "recompute"), llmt_jw_string(&w, llmt_recompute_policy_name(r->recompute),
                                          strlen(llmt_recompute_policy_name(r->recompute)));
-    key(&w, "recompute_layers"), llmt_jw_int64(&w, r->recompute_layers);
-    key(&w, "retries"), llmt_jw_int64(&w, r->retries);
-    key(&w, "memory");
+    llmt_jw_keyz(&w, "recompute_layers"), llmt_jw_int64(&w, r->recompute_layers);
+    llmt_jw_keyz(&w, "retries"), llmt_jw_int64(&w, r->retries);
+    llmt_jw_keyz(&w, "memory");
     llmt_jw_begin_object(&w);
     for (int c = 0; c < LLMT_MEM_CATEGORY_COUNT; c++)
-        key(&w, llmt_mem_category_name(c)), llmt_jw_uint64(&w, r->mem_current[c]);
-    key(&w, "peak"), llmt_jw_uint64(&w, r->mem_peak);
-    key(&w, "capacity"), llmt_jw_uint64(&w, r->capacity);
-    key(&w, "ratio"), llmt_jw_double(&w, r->mem_ratio);
+        llmt_jw_keyz(&w, llmt_mem_category_name(c)), llmt_jw_uint64(&w, r->mem_current[c]);
+    llmt_jw_keyz(&w, "peak"), llmt_jw_uint64(&w, r->mem_peak);
+    llmt_jw_keyz(&w, "capacity"), llmt_jw_uint64(&w, r->capacity);
+    llmt_jw_keyz(&w, "ratio"), llmt_jw_double(&w, r->mem_ratio);
     llmt_jw_end_object(&w);
-    key(&w, "eval_loss"), isnan(r->eval_loss) ? llmt_jw_null(&w) : llmt_jw_double(&w, r->eval_loss);
-    key(&w, "checkpointed"), llmt_jw_int64(&w, r->checkpointed);
+    llmt_jw_keyz(&w, "eval_loss"),
+        isnan(r->eval_loss) ? llmt_jw_null(&w) : llmt_jw_double(&w, r->eval_loss);
+    llmt_jw_keyz(&w, "checkpointed"), llmt_jw_int64(&w, r->checkpointed);
     llmt_jw_end_object(&w);
     emit(tr, &w);
 }
@@ -84,9 +81,9 @@ void llmt_metrics_event(llmt_trainer *tr, const char *event, const char *text)
     llmt_jw w;
     llmt_jw_init(&w);
     llmt_jw_begin_object(&w);
-    key(&w, "event"), llmt_jw_string(&w, event, strlen(event));
-    key(&w, "step"), llmt_jw_int64(&w, tr->step);
-    key(&w, "text"), llmt_jw_string(&w, text, strlen(text));
+    llmt_jw_keyz(&w, "event"), llmt_jw_string(&w, event, strlen(event));
+    llmt_jw_keyz(&w, "step"), llmt_jw_int64(&w, tr->step);
+    llmt_jw_keyz(&w, "text"), llmt_jw_string(&w, text, strlen(text));
     llmt_jw_end_object(&w);
     emit(tr, &w);
 }

@@ -933,6 +933,11 @@ int llmt_jw_key(llmt_jw *w, const char *s, size_t len)
     return rc ? rc : jw_put(w, ":", 1);
 }
 
+int llmt_jw_keyz(llmt_jw *w, const char *key)
+{
+    return llmt_jw_key(w, key, strlen(key));
+}
+
 int llmt_jw_string(llmt_jw *w, const char *s, size_t len)
 {
     int rc = jw_before_value(w);

@@ -154,6 +154,9 @@ int llmt_jw_end_array(llmt_jw *w);
  * writes its value. */
 int llmt_jw_key(llmt_jw *w, const char *s, size_t len);
 
+/* llmt_jw_key of a NUL-terminated key. */
+int llmt_jw_keyz(llmt_jw *w, const char *key);
+
 /* Writes a string value (len bytes of UTF-8, may contain NUL), escaping '"',
  * '\' and control characters; other characters are written as they are. */
 int llmt_jw_string(llmt_jw *w, const char *s, size_t len);
