@@ -11,7 +11,6 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "model/hf_internal.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
@@ -20,7 +19,6 @@
 
 #define PATH_CAP 4096
 /* Elements converted at a time on the host. */
-#define EXPORT_CHUNK ((int64_t)1 << 20)
 /* Tokenizer files are copied whole; the largest real ones are tens of MiB. */
 #define TOKENIZER_MAX_BYTES ((size_t)1 << 30)
 
@@ -55,35 +53,16 @@ typedef struct export_job {
     const llmt_model *m;
     int dtype;     /* on disk */
     int32_t first; /* table index of the shard's tensor 0 */
-    float *tmp;    /* EXPORT_CHUNK floats */
+    float *tmp;    /* LLMT_TRANSFER_CHUNK floats */
 } export_job;
 
-/* Produces bytes of the shard's tensor ti in the disk dtype through fp32
- * (a straight copy when that is the model's dtype). */
+/* Produces bytes of the shard's tensor ti in the disk dtype. */
 static int fill_tensor(void *user, size_t ti, size_t byte_offset, void *dst, size_t bytes)
 {
     const export_job *job = user;
-    const llmt_model *m = job->m;
-    const llmt_param *p = &m->params[job->first + (int32_t)ti];
-    size_t es = llmt_dtype_size(job->dtype);
-    int64_t off = p->offset + (int64_t)(byte_offset / es), n = (int64_t)(bytes / es);
-    if (job->dtype == m->dt)
-        return m->ops->copy_to_host(m->dev, dst, llmt_model_at(m, &m->weights, off), bytes);
-    for (int64_t done = 0; done < n; done += EXPORT_CHUNK) {
-        int64_t k = n - done < EXPORT_CHUNK ? n - done : EXPORT_CHUNK;
-        LLMT_TRY(llmt_transfer_out(m, m->weights.ptr, m->dt, off + done, job->tmp, k));
-        for (int64_t i = 0; i < k; i++) {
-            char *at = (char *)dst + (size_t)(done + i) * es;
-            if (job->dtype == LLMT_DTYPE_F32)
-                memcpy(at, &job->tmp[i], sizeof(float));
-            else {
-                uint16_t h = job->dtype == LLMT_DTYPE_BF16 ? llmt_f32_to_bf16(job->tmp[i])
-                                                           : llmt_f32_to_f16(job->tmp[i]);
-                memcpy(at, &h, sizeof h);
-            }
-        }
-    }
-    return LLMT_OK;
+    const llmt_param *p = &job->m->params[job->first + (int32_t)ti];
+    return llmt_transfer_weights_out(job->m, p->offset, job->dtype, byte_offset, bytes, dst,
+                                     job->tmp);
 }
 
 static uint64_t param_bytes(const llmt_model *m, int32_t i, int dtype)
@@ -207,7 +186,7 @@ static int write_all(const llmt_model *m, const char *tmp, const llmt_hf_export_
 {
     char path[PATH_CAP];
     shard *shards = calloc((size_t)m->n_params, sizeof *shards);
-    export_job job = {m, o->dtype, 0, malloc((size_t)EXPORT_CHUNK * sizeof(float))};
+    export_job job = {m, o->dtype, 0, malloc((size_t)LLMT_TRANSFER_CHUNK * sizeof(float))};
     int rc = shards && job.tmp ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "%s: out of host memory", tmp);
     int32_t n = rc ? 0 : plan_shards(m, o->dtype, o->max_shard_bytes, shards);
     for (int32_t k = 0; k < n && !rc; k++) {

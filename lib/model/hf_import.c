@@ -10,7 +10,6 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "model/hf_internal.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
@@ -19,7 +18,6 @@
 
 #define PATH_CAP 4096
 /* Elements converted at a time on the host. */
-#define IMPORT_CHUNK ((int64_t)1 << 20)
 /* Index files of the largest public checkpoints are well under 1 MiB. */
 #define INDEX_MAX_BYTES ((size_t)64 << 20)
 #define MAX_SHARDS 65536
@@ -233,25 +231,12 @@ static int locate(const llmt_model *m, const weight_files *w, located *where, ch
 /* Reads every parameter into the (new) model's weights. */
 static int read_weights(llmt_model *m, const weight_files *w, const located *where)
 {
-    void *raw = malloc((size_t)IMPORT_CHUNK * sizeof(float));
-    float *tmp = malloc((size_t)IMPORT_CHUNK * sizeof(float));
+    void *raw = malloc((size_t)LLMT_TRANSFER_CHUNK * sizeof(float));
+    float *tmp = malloc((size_t)LLMT_TRANSFER_CHUNK * sizeof(float));
     int rc = raw && tmp ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "%s: out of host memory", w->dir);
-    for (int32_t i = 0; i < m->n_params && !rc; i++) {
-        const llmt_param *p = &m->params[i];
-        llmt_st_file *f = w->files[where[i].file];
-        int dt = llmt_st_tensor_at(f, where[i].idx)->dtype;
-        size_t es = llmt_dtype_size(dt);
-        for (int64_t done = 0; done < p->numel && !rc; done += IMPORT_CHUNK) {
-            int64_t k = p->numel - done < IMPORT_CHUNK ? p->numel - done : IMPORT_CHUNK;
-            rc = llmt_st_read(f, where[i].idx, (size_t)done * es, raw, (size_t)k * es);
-            for (int64_t j = 0; j < k && !rc; j++)
-                tmp[j] = dt == LLMT_DTYPE_F32    ? ((const float *)raw)[j]
-                         : dt == LLMT_DTYPE_BF16 ? llmt_bf16_to_f32(((const uint16_t *)raw)[j])
-                                                 : llmt_f16_to_f32(((const uint16_t *)raw)[j]);
-            if (!rc)
-                rc = llmt_transfer_in(m, m->weights.ptr, m->dt, p->offset + done, tmp, k);
-        }
-    }
+    for (int32_t i = 0; i < m->n_params && !rc; i++)
+        rc = llmt_transfer_tensor_in(m, m->weights.ptr, m->params[i].offset, m->params[i].numel,
+                                     w->files[where[i].file], where[i].idx, raw, tmp);
     free(raw);
     free(tmp);
     return rc;

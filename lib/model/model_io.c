@@ -4,7 +4,6 @@
 
 #include "ckpt/safetensors.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "model/config_json.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
@@ -12,55 +11,19 @@
 /* The metadata key holding the model configuration as JSON. */
 #define CONFIG_KEY "llmt.model_config"
 /* Elements converted at a time on the host. */
-#define IO_CHUNK ((int64_t)1 << 20)
 
 typedef struct save_job {
     const llmt_model *m;
     int disk_dt;
-    float *tmp; /* IO_CHUNK floats */
+    float *tmp; /* LLMT_TRANSFER_CHUNK floats */
 } save_job;
 
-/* Converts n fp32 values to dtype dt at dst (which may be F32). */
-static void narrow(void *dst, int dt, const float *src, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == LLMT_DTYPE_F32)
-            ((float *)dst)[i] = src[i];
-        else if (dt == LLMT_DTYPE_BF16)
-            ((uint16_t *)dst)[i] = llmt_f32_to_bf16(src[i]);
-        else
-            ((uint16_t *)dst)[i] = llmt_f32_to_f16(src[i]);
-    }
-}
-
-static void widen(float *dst, const void *src, int dt, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = dt == LLMT_DTYPE_F32    ? ((const float *)src)[i]
-                 : dt == LLMT_DTYPE_BF16 ? llmt_bf16_to_f32(((const uint16_t *)src)[i])
-                                         : llmt_f16_to_f32(((const uint16_t *)src)[i]);
-}
-
-/* Produces bytes of tensor ti in the disk dtype: a straight copy when it is
- * the model's dtype, else through fp32. */
+/* Produces bytes of tensor ti in the disk dtype. */
 static int fill_tensor(void *user, size_t ti, size_t byte_offset, void *dst, size_t bytes)
 {
     const save_job *job = user;
-    const llmt_model *m = job->m;
-    size_t es = llmt_dtype_size(job->disk_dt);
-    if (byte_offset % es || bytes % es)
-        return llmt_fail(LLMT_EINVAL, "range [%zu, +%zu) splits an element", byte_offset, bytes);
-    int64_t off = m->params[ti].offset + (int64_t)(byte_offset / es), n = (int64_t)(bytes / es);
-    if (job->disk_dt == m->dt)
-        return m->ops->copy_to_host(m->dev, dst, llmt_model_at(m, &m->weights, off), bytes);
-    for (int64_t done = 0; done < n; done += IO_CHUNK) {
-        int64_t k = n - done < IO_CHUNK ? n - done : IO_CHUNK;
-        int rc = llmt_transfer_out(m, m->weights.ptr, m->dt, off + done, job->tmp, k);
-        if (rc)
-            return rc;
-        narrow((char *)dst + (size_t)done * es, job->disk_dt, job->tmp, k);
-    }
-    return LLMT_OK;
+    return llmt_transfer_weights_out(job->m, job->m->params[ti].offset, job->disk_dt, byte_offset,
+                                     bytes, dst, job->tmp);
 }
 
 int llmt_model_save_safetensors(const llmt_model *m, const char *path, int dtype)
@@ -77,7 +40,7 @@ int llmt_model_save_safetensors(const llmt_model *m, const char *path, int dtype
     int rc = llmt_model_config_write_json(&w, &m->cfg);
     if (!rc)
         rc = llmt_jw_finish(&w, &config_text, &config_len);
-    save_job job = {m, dtype, malloc((size_t)IO_CHUNK * sizeof(float))};
+    save_job job = {m, dtype, malloc((size_t)LLMT_TRANSFER_CHUNK * sizeof(float))};
     llmt_st_write_tensor *tensors = calloc((size_t)m->n_params, sizeof *tensors);
     if (!rc && (!job.tmp || !tensors))
         rc = llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
@@ -161,18 +124,7 @@ static int read_all(const llmt_model *m, llmt_st_file *f, void *staging, void *r
         const llmt_param *p = &m->params[i];
         size_t idx = 0;
         llmt_st_find(f, p->name, &idx);
-        int dt = llmt_st_tensor_at(f, idx)->dtype;
-        size_t es = llmt_dtype_size(dt);
-        for (int64_t done = 0; done < p->numel; done += IO_CHUNK) {
-            int64_t k = p->numel - done < IO_CHUNK ? p->numel - done : IO_CHUNK;
-            int rc = llmt_st_read(f, idx, (size_t)done * es, raw, (size_t)k * es);
-            if (rc)
-                return rc;
-            widen(tmp, raw, dt, k);
-            rc = llmt_transfer_in(m, staging, m->dt, p->offset + done, tmp, k);
-            if (rc)
-                return rc;
-        }
+        LLMT_TRY(llmt_transfer_tensor_in(m, staging, p->offset, p->numel, f, idx, raw, tmp));
     }
     return LLMT_OK;
 }
@@ -191,8 +143,8 @@ int llmt_model_load_safetensors(llmt_model *m, const char *path)
     /* Everything is read into staging first: a failure part-way leaves the
      * weights as they were. */
     llmt_buf staging = {0};
-    void *raw = malloc((size_t)IO_CHUNK * sizeof(float));
-    float *tmp = malloc((size_t)IO_CHUNK * sizeof(float));
+    void *raw = malloc((size_t)LLMT_TRANSFER_CHUNK * sizeof(float));
+    float *tmp = malloc((size_t)LLMT_TRANSFER_CHUNK * sizeof(float));
     if (!rc && (!raw || !tmp))
         rc = llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
     if (!rc)

@@ -6,7 +6,6 @@
 #include "core/half.h"
 #include "model/transfer.h"
 
-#define TRANSFER_CHUNK ((int64_t)1 << 20)
 
 static void *element(const void *base, int dt, int64_t off)
 {
@@ -19,12 +18,13 @@ int llmt_transfer_in(const llmt_model *m, void *base, int dt, int64_t off, const
     if (dt == LLMT_DTYPE_F32)
         return m->ops->copy_to_device(m->dev, element(base, dt, off), src,
                                       (size_t)n * sizeof(float));
-    uint16_t *tmp = malloc((size_t)(n < TRANSFER_CHUNK ? n : TRANSFER_CHUNK) * sizeof *tmp);
+    int64_t cap = n < LLMT_TRANSFER_CHUNK ? n : LLMT_TRANSFER_CHUNK;
+    uint16_t *tmp = malloc((size_t)cap * sizeof *tmp);
     if (!tmp)
         return llmt_fail(LLMT_ENOMEM, "model transfer: out of host memory");
     int rc = LLMT_OK;
-    for (int64_t done = 0; done < n && !rc; done += TRANSFER_CHUNK) {
-        int64_t k = n - done < TRANSFER_CHUNK ? n - done : TRANSFER_CHUNK;
+    for (int64_t done = 0; done < n && !rc; done += LLMT_TRANSFER_CHUNK) {
+        int64_t k = n - done < LLMT_TRANSFER_CHUNK ? n - done : LLMT_TRANSFER_CHUNK;
         for (int64_t i = 0; i < k; i++)
             tmp[i] = dt == LLMT_DTYPE_BF16 ? llmt_f32_to_bf16(src[done + i])
                                            : llmt_f32_to_f16(src[done + i]);
@@ -41,12 +41,13 @@ int llmt_transfer_out(const llmt_model *m, const void *base, int dt, int64_t off
     if (dt == LLMT_DTYPE_F32)
         return m->ops->copy_to_host(m->dev, dst, element(base, dt, off),
                                     (size_t)n * sizeof(float));
-    uint16_t *tmp = malloc((size_t)(n < TRANSFER_CHUNK ? n : TRANSFER_CHUNK) * sizeof *tmp);
+    int64_t cap = n < LLMT_TRANSFER_CHUNK ? n : LLMT_TRANSFER_CHUNK;
+    uint16_t *tmp = malloc((size_t)cap * sizeof *tmp);
     if (!tmp)
         return llmt_fail(LLMT_ENOMEM, "model transfer: out of host memory");
     int rc = LLMT_OK;
-    for (int64_t done = 0; done < n && !rc; done += TRANSFER_CHUNK) {
-        int64_t k = n - done < TRANSFER_CHUNK ? n - done : TRANSFER_CHUNK;
+    for (int64_t done = 0; done < n && !rc; done += LLMT_TRANSFER_CHUNK) {
+        int64_t k = n - done < LLMT_TRANSFER_CHUNK ? n - done : LLMT_TRANSFER_CHUNK;
         rc = m->ops->copy_to_host(m->dev, tmp, element(base, dt, off + done),
                                   (size_t)k * sizeof *tmp);
         for (int64_t i = 0; i < k && !rc; i++)
@@ -68,4 +69,57 @@ int llmt_transfer_tensor(const llmt_model *m, const char *fn, const char *name, 
                          (long long)p->numel, host ? "count = " : "is NULL, count = ", count);
     return to_device ? llmt_transfer_in(m, base, dt, p->offset, host, p->numel)
                      : llmt_transfer_out(m, base, dt, p->offset, host, p->numel);
+}
+
+/* Converts n fp32 values to dtype dt at dst (which may be F32). */
+static void narrow(void *dst, int dt, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == LLMT_DTYPE_F32)
+            ((float *)dst)[i] = src[i];
+        else if (dt == LLMT_DTYPE_BF16)
+            ((uint16_t *)dst)[i] = llmt_f32_to_bf16(src[i]);
+        else
+            ((uint16_t *)dst)[i] = llmt_f32_to_f16(src[i]);
+    }
+}
+
+static void widen(float *dst, const void *src, int dt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dt == LLMT_DTYPE_F32    ? ((const float *)src)[i]
+                 : dt == LLMT_DTYPE_BF16 ? llmt_bf16_to_f32(((const uint16_t *)src)[i])
+                                         : llmt_f16_to_f32(((const uint16_t *)src)[i]);
+}
+
+int llmt_transfer_weights_out(const llmt_model *m, int64_t off, int disk_dt, size_t byte_offset,
+                              size_t bytes, void *dst, float *tmp)
+{
+    size_t es = llmt_dtype_size(disk_dt);
+    if (byte_offset % es || bytes % es)
+        return llmt_fail(LLMT_EINVAL, "range [%zu, +%zu) splits an element", byte_offset, bytes);
+    off += (int64_t)(byte_offset / es);
+    int64_t n = (int64_t)(bytes / es);
+    if (disk_dt == m->dt)
+        return m->ops->copy_to_host(m->dev, dst, llmt_model_at(m, &m->weights, off), bytes);
+    for (int64_t done = 0; done < n; done += LLMT_TRANSFER_CHUNK) {
+        int64_t k = n - done < LLMT_TRANSFER_CHUNK ? n - done : LLMT_TRANSFER_CHUNK;
+        LLMT_TRY(llmt_transfer_out(m, m->weights.ptr, m->dt, off + done, tmp, k));
+        narrow((char *)dst + (size_t)done * es, disk_dt, tmp, k);
+    }
+    return LLMT_OK;
+}
+
+int llmt_transfer_tensor_in(const llmt_model *m, void *base, int64_t off, int64_t numel,
+                            llmt_st_file *f, size_t idx, void *raw, float *tmp)
+{
+    int dt = llmt_st_tensor_at(f, idx)->dtype;
+    size_t es = llmt_dtype_size(dt);
+    for (int64_t done = 0; done < numel; done += LLMT_TRANSFER_CHUNK) {
+        int64_t k = numel - done < LLMT_TRANSFER_CHUNK ? numel - done : LLMT_TRANSFER_CHUNK;
+        LLMT_TRY(llmt_st_read(f, idx, (size_t)done * es, raw, (size_t)k * es));
+        widen(tmp, raw, dt, k);
+        LLMT_TRY(llmt_transfer_in(m, base, m->dt, off + done, tmp, k));
+    }
+    return LLMT_OK;
 }

@@ -2,7 +2,12 @@
 #ifndef LLMT_MODEL_TRANSFER_H
 #define LLMT_MODEL_TRANSFER_H
 
+#include "ckpt/safetensors.h"
 #include "model/model_internal.h"
+
+/* Elements per step of the transfers: the host buffers the two functions at
+ * the end take hold this many floats. */
+#define LLMT_TRANSFER_CHUNK ((int64_t)1 << 20)
 
 /* Writes n fp32 values at element offset off of device buffer base (dtype dt,
  * rounded to nearest even). */
@@ -20,5 +25,19 @@ int llmt_transfer_out(const llmt_model *m, const void *base, int dt, int64_t off
  * an unknown name, LLMT_EINVAL for NULLs or a wrong count. */
 int llmt_transfer_tensor(const llmt_model *m, const char *fn, const char *name, void *base,
                          int dt, void *host, size_t count, int to_device);
+
+
+/* Writes the n weights from element offset off to host dst in dtype disk_dt:
+ * a straight copy when that is the model's dtype, else through fp32 in tmp
+ * (LLMT_TRANSFER_CHUNK floats). byte_offset and bytes of the caller's range
+ * must be whole elements of disk_dt (LLMT_EINVAL otherwise). */
+int llmt_transfer_weights_out(const llmt_model *m, int64_t off, int disk_dt, size_t byte_offset,
+                              size_t bytes, void *dst, float *tmp);
+
+/* Reads safetensors tensor idx of f (F32, BF16 or F16, numel elements) into
+ * device buffer base (the model's dtype) at element offset off, through raw
+ * and tmp (LLMT_TRANSFER_CHUNK floats each). */
+int llmt_transfer_tensor_in(const llmt_model *m, void *base, int64_t off, int64_t numel,
+                            llmt_st_file *f, size_t idx, void *raw, float *tmp);
 
 #endif
