@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages libllmt needs to build and test, skipping those
-# already present. Run as root (or with sudo available).
+# already present, and the Python package tokenizers (below). Run as root (or
+# with sudo available).
 set -euo pipefail
 
 packages=(
@@ -10,11 +11,23 @@ packages=(
     python3-numpy python3-pytest python3-matplotlib python3-pip python3-venv
 )
 
+# Python packages Debian 12 does not ship, for /usr/bin/python3 (the one the
+# tests run): tokenizers, for python -m llmt.tokenize and its tests. Pinned,
+# from PyPI, without its dependency huggingface_hub (used only to download
+# tokenizers, which llmt.tokenize does not do), into the user's site-packages
+# (~/.local; root's in CI), where it shadows no Debian package.
+install_python_packages() {
+    /usr/bin/python3 -c 'import tokenizers' 2>/dev/null && return 0
+    echo "install-deps: pip install --user tokenizers==0.23.3"
+    /usr/bin/python3 -m pip install -q --user --no-deps --break-system-packages \
+        --root-user-action=ignore tokenizers==0.23.3
+}
+
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && { install_python_packages; exit 0; }
 
 echo "install-deps: installing ${missing[*]}"
 sudo=""
@@ -25,3 +38,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_python_packages

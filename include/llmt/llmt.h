@@ -20,6 +20,7 @@
 #include "llmt/common.h"
 #include "llmt/context.h"
 #include "llmt/model.h"
+#include "llmt/generate.h"
 #include "llmt/loss_scaler.h"
 #include "llmt/optimizer.h"
 #include "llmt/recompute.h"

@@ -17,7 +17,8 @@ enum {
     LLMT_STREAM_ROOT = 0,
     LLMT_STREAM_INIT = 1,     /* parameter initialisation */
     LLMT_STREAM_DATA = 2,     /* data shuffling */
-    LLMT_STREAM_ROUNDING = 3  /* stochastic rounding of BF16_PURE updates */
+    LLMT_STREAM_ROUNDING = 3, /* stochastic rounding of BF16_PURE updates */
+    LLMT_STREAM_SAMPLING = 4  /* token sampling of llmt_generator (include/llmt/generate.h) */
 };
 
 /* One Philox4x32-10 block; inline so kernels drawing per element vectorise. */

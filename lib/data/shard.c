@@ -1,4 +1,5 @@
-/* Token shards: the atomic writer and the validating read-only mapping. */
+/* Token shards: the atomic writer and the validating read-only mapping of
+ * llm.c shards and of header-less uint16 files (*.u16, nanoGPT's .bin). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -121,6 +122,30 @@ int llmt_shard_write(const char *path, const int32_t *tokens, size_t n, int32_t 
 
 /* ---- Reader ---- */
 
+/* Said where a file has no llm.c header, for nanoGPT's header-less files. */
+#define HEADERLESS_HINT                                                                      \
+    " (a header-less uint16 file, as nanoGPT writes, is read when its name ends in *" \
+    LLMT_SHARD_HEADERLESS_SUFFIX ": docs/data.md)"
+
+static int is_headerless(const char *path)
+{
+    size_t n = strlen(path), k = strlen(LLMT_SHARD_HEADERLESS_SUFFIX);
+    return n >= k && strcmp(path + n - k, LLMT_SHARD_HEADERLESS_SUFFIX) == 0;
+}
+
+/* Whether the file is a whole, consistent llm.c shard: the magic, a known
+ * version and a count that accounts for every byte. Sets no error. */
+static int is_llmc_shard(const unsigned char *h, uint64_t file_bytes)
+{
+    if (file_bytes < LLMT_SHARD_HEADER_BYTES || get_le32(h) != LLMT_SHARD_MAGIC)
+        return 0;
+    uint32_t ver = get_le32(h + 4), count = get_le32(h + 8);
+    if ((ver != LLMT_SHARD_VERSION_U16 && ver != LLMT_SHARD_VERSION_U32) || count > INT32_MAX)
+        return 0;
+    uint64_t width = ver == LLMT_SHARD_VERSION_U16 ? 2 : 4;
+    return file_bytes == LLMT_SHARD_HEADER_BYTES + (uint64_t)count * width;
+}
+
 static int check_header(const char *path, const unsigned char *h, uint64_t file_bytes,
                         int32_t *version, uint64_t *n_tokens)
 {
@@ -128,7 +153,8 @@ static int check_header(const char *path, const unsigned char *h, uint64_t file_
             count = (int32_t)get_le32(h + 8);
     if (magic != LLMT_SHARD_MAGIC)
         return llmt_fail(LLMT_ECORRUPT,
-                         "%s: byte offset 0: magic %" PRId32 ", expected %d: not a token shard",
+                         "%s: byte offset 0: magic %" PRId32
+                         ", expected %d: not a token shard" HEADERLESS_HINT,
                          path, magic, LLMT_SHARD_MAGIC);
     if (ver != LLMT_SHARD_VERSION_U16 && ver != LLMT_SHARD_VERSION_U32)
         return llmt_fail(LLMT_EVERSION,
@@ -170,7 +196,7 @@ static int check_tokens(const char *path, const llmt_shard_map *s, int32_t vocab
             return llmt_fail(LLMT_ECORRUPT,
                              "%s: token at position %" PRIu64 " (byte offset %" PRIu64
                              ") is %" PRIu32 ", not below vocab_size %" PRId32,
-                             path, i, LLMT_SHARD_HEADER_BYTES + i * (uint64_t)s->token_bytes, t,
+                             path, i, s->data_offset + i * (uint64_t)s->token_bytes, t,
                              vocab_size);
     }
     return LLMT_OK;
@@ -196,11 +222,24 @@ int llmt_shard_map_open(llmt_shard_map *s, const char *path, uint64_t min_tokens
         return llmt_fail(LLMT_EIO, "%s: not a regular file (a shard must be one)", path);
     }
     uint64_t bytes = (uint64_t)st.st_size;
-    if (bytes < LLMT_SHARD_HEADER_BYTES) {
+    int headerless = is_headerless(path);
+    int rc = LLMT_OK;
+    if (!headerless && bytes < LLMT_SHARD_HEADER_BYTES)
+        rc = llmt_fail(LLMT_ECORRUPT,
+                       "%s: %" PRIu64
+                       " bytes, shorter than the %d-byte shard header" HEADERLESS_HINT,
+                       path, bytes, LLMT_SHARD_HEADER_BYTES);
+    else if (headerless && bytes % 2)
+        rc = llmt_fail(LLMT_ECORRUPT,
+                       "%s: %" PRIu64 " bytes, an odd size for a header-less uint16 file: "
+                       "byte offset %" PRIu64 " is half a token",
+                       path, bytes, bytes - 1);
+    else if (headerless && bytes / 2 < min_tokens) /* also keeps an empty file from mmap */
+        rc = llmt_fail(LLMT_EINVAL, "%s: %" PRIu64 " tokens, fewer than seq_len + 1 = %" PRIu64,
+                       path, bytes / 2, min_tokens);
+    if (rc) {
         close(fd);
-        return llmt_fail(LLMT_ECORRUPT,
-                         "%s: %" PRIu64 " bytes, shorter than the %d-byte shard header", path,
-                         bytes, LLMT_SHARD_HEADER_BYTES);
+        return rc;
     }
     if (bytes > SIZE_MAX) {
         close(fd);
@@ -214,7 +253,19 @@ int llmt_shard_map_open(llmt_shard_map *s, const char *path, uint64_t min_tokens
         return llmt_fail(LLMT_EIO, "%s: cannot map: %s", path, strerror(map_errno));
 
     llmt_shard_map m = {.map = map, .file_bytes = bytes};
-    int rc = check_header(path, m.map, bytes, &m.version, &m.n_tokens);
+    if (headerless) {
+        m.version = LLMT_SHARD_VERSION_U16;
+        m.n_tokens = bytes / 2;
+        if (is_llmc_shard(m.map, bytes))
+            rc = llmt_fail(LLMT_ECORRUPT,
+                           "%s: starts with an llm.c shard header (byte offset 0: magic %d, "
+                           "version, a count matching the size): an llm.c shard named as a "
+                           "header-less *" LLMT_SHARD_HEADERLESS_SUFFIX " file; name it *.bin",
+                           path, LLMT_SHARD_MAGIC);
+    } else {
+        m.data_offset = LLMT_SHARD_HEADER_BYTES;
+        rc = check_header(path, m.map, bytes, &m.version, &m.n_tokens);
+    }
     if (!rc) {
         m.token_bytes = m.version == LLMT_SHARD_VERSION_U16 ? 2 : 4;
         if (m.n_tokens < min_tokens)

@@ -15,7 +15,7 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 4
+#define LLMT_BACKEND_ABI 5
 
 typedef struct llmt_device llmt_device;
 
@@ -170,6 +170,15 @@ typedef struct llmt_backend_ops {
                       double *sumsq, int64_t *nonfinite, void *scratch);
     /* One AdamW update; see llmt_adamw_args. */
     int (*adamw)(llmt_device *dev, const llmt_adamw_args *args);
+
+    /* Attention of the last m of a->seq positions of one sequence (a->batch
+     * 1) against a key/value cache of all a->seq, causal: query row i sees
+     * cache rows [0, a->seq - m + i]. q is [m, heads * head_dim]; kv rows are
+     * [k heads | v heads], 2 kv_heads head_dim wide; out is [m, heads *
+     * head_dim]. scratch: scratch_bytes() of dims with seq >= a->seq. NULL
+     * where the backend has none (then no cached generation). */
+    int (*attention_kv_fwd)(llmt_device *dev, void *out, const void *q, const void *kv,
+                            int64_t m, const llmt_attn_dims *a, int dt, void *scratch);
 } llmt_backend_ops;
 
 /* A backend instance; each backend embeds this first in its own state. */

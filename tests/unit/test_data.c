@@ -3,7 +3,8 @@
  * computed by hand from the token arrays; the shuffle as a multiset per
  * epoch, its determinism and its dependence on the seed; save and restore of
  * the position at many points, at an epoch boundary, into a fresh loader and
- * refused over other data; one refusal per bad shard; the byte tokenizer. */
+ * refused over other data; one refusal per bad shard; header-less *.u16
+ * files (nanoGPT's .bin) read and refused; the byte tokenizer. */
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -249,6 +250,21 @@ static void assert_one_epoch(const dataset *d, const int32_t *got, size_t *order
     free(seen);
 }
 
+/* A header-less file (nanoGPT's train.bin): n little-endian uint16 tokens
+ * and nothing else, then extra stray bytes. */
+static void write_headerless(const char *path, const uint32_t *tok, size_t n, size_t extra)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b[2] = {(unsigned char)tok[i], (unsigned char)(tok[i] >> 8)};
+        assert_int_equal(fwrite(b, 1, 2, f), 2);
+    }
+    for (size_t i = 0; i < extra; i++)
+        assert_int_equal(fputc(0, f), 0);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* ---- Tests ---- */
 
 static void test_read_hand_written(void **state)
@@ -289,6 +305,56 @@ static void test_read_hand_written(void **state)
     assert_int_equal(get_epoch(l), 1);
     llmt_loader_free(l);
     llmt_loader_free(NULL);
+    llmt_context_free(ctx);
+}
+
+/* A *.u16 file is read as a header-less uint16 array (nanoGPT's .bin),
+ * beside an llm.c shard and through a glob; the same bytes named *.bin are
+ * an llm.c shard with a bad magic, refused with a pointer to the rule. */
+static void test_read_headerless(void **state)
+{
+    (void)state;
+    /* 11 tokens; the first two would be an llm.c magic's low half if a
+     * header were wrongly assumed. */
+    uint32_t a[11] = {0x6D8, 0x134, 65535, 0, 7, 50000, 1, 2, 3, 4, 5}, b[9];
+    for (int i = 0; i < 9; i++)
+        b[i] = (uint32_t)(1000 + 13 * i);
+    const char *pa = path_of("train.u16"), *pb = path_of("b.bin");
+    write_headerless(pa, a, 11, 0);
+    write_good(pb, b, 9, 1);
+    llmt_context *ctx = test_context(1, 3);
+    llmt_loader_config c = LLMT_LOADER_CONFIG_INIT;
+    c.batch_size = 1;
+    c.seq_len = 4;
+    c.vocab_size = 65536;
+    c.shuffle = 0;
+    const char *paths[] = {pa, pb};
+    llmt_loader *l = NULL;
+    assert_int_equal(llmt_loader_open(&l, ctx, paths, 2, &c), LLMT_OK);
+    assert_int_equal(get_windows_per_epoch(l), 2 + 2); /* (11-1)/4, (9-1)/4 */
+    const uint32_t *src[] = {a, a, b, b};
+    const int start[] = {0, 4, 0, 4};
+    for (int w = 0; w < 4; w++) {
+        int32_t x[4], y[4];
+        assert_int_equal(llmt_loader_next(l, x, y, 4), LLMT_OK);
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(x[i], src[w][start[w] + i]);
+            assert_int_equal(y[i], src[w][start[w] + i + 1]);
+        }
+    }
+    llmt_loader_free(l);
+    assert_int_equal(llmt_loader_open_glob(&l, ctx, path_of("*.u16"), &c), LLMT_OK);
+    assert_int_equal(get_num_shards(l), 1);
+    int32_t x[4], y[4];
+    assert_int_equal(llmt_loader_next(l, x, y, 4), LLMT_OK);
+    assert_int_equal(x[2], 65535);
+    llmt_loader_free(l);
+    /* The same bytes named .bin: not guessed to be header-less. */
+    const char *as_bin = path_of("train.bin");
+    write_headerless(as_bin, a, 11, 1024);
+    assert_int_equal(llmt_loader_open(&l, ctx, &as_bin, 1, &c), LLMT_ECORRUPT);
+    assert_contains(llmt_error_last(), "magic");
+    assert_contains(llmt_error_last(), "*.u16");
     llmt_context_free(ctx);
 }
 
@@ -928,11 +994,23 @@ static void make_vocab_v2(const char *p)
     t[9] = 0x80000000u; /* would be negative as an int32 */
     write_raw(p, 20240520, 2, 16, t, 16, 4, 0);
 }
+static void make_u16_odd(const char *p) { write_headerless(p, seq16, 16, 1); }
+static void make_u16_llmc(const char *p) { write_good(p, seq16, 16, 1); }
+static void make_u16_vocab(const char *p)
+{
+    uint32_t t[16];
+    memcpy(t, seq16, sizeof t);
+    t[13] = 77;
+    write_headerless(p, t, 16, 0);
+}
+static void make_u16_short(const char *p) { write_headerless(p, seq16, 5, 0); }
+static void make_u16_empty(const char *p) { write_headerless(p, seq16, 0, 0); }
 static void make_nothing(const char *p) { (void)p; }
 static void make_directory(const char *p) { assert_int_equal(mkdir(p, 0755), 0); }
 
 static const bad_shard bad_shards[] = {
-    {"bad_magic", LLMT_ECORRUPT, {"byte offset 0", "magic 20240521", NULL}, make_magic, 4, 50},
+    {"bad_magic", LLMT_ECORRUPT, {"byte offset 0", "magic 20240521", "*.u16"}, make_magic, 4,
+     50},
     {"bad_version", LLMT_EVERSION, {"byte offset 4", "version 3", NULL}, make_version, 4, 50},
     {"bad_version0", LLMT_EVERSION, {"version 0", NULL, NULL}, make_version0, 4, 50},
     {"truncated", LLMT_ECORRUPT, {"truncated", "byte offset 1044", "12 bytes short"},
@@ -941,7 +1019,7 @@ static const bad_shard bad_shards[] = {
      50},
     {"extra_bytes", LLMT_ECORRUPT, {"3 extra bytes", "byte offset 1056", NULL}, make_extra, 4, 50},
     {"negative_count", LLMT_ECORRUPT, {"byte offset 8", "-1", NULL}, make_negative, 4, 50},
-    {"headerless", LLMT_ECORRUPT, {"100 bytes", "1024-byte", NULL}, make_headerless, 4, 50},
+    {"headerless", LLMT_ECORRUPT, {"100 bytes", "1024-byte", "*.u16"}, make_headerless, 4, 50},
     {"empty_file", LLMT_ECORRUPT, {"0 bytes", NULL, NULL}, make_empty, 4, 50},
     {"token_over_vocab_v1", LLMT_ECORRUPT,
      {"position 13", "byte offset 1050", "77, not below vocab_size 50"}, make_vocab_v1, 4, 50},
@@ -951,6 +1029,15 @@ static const bad_shard bad_shards[] = {
     {"zero_tokens", LLMT_EINVAL, {"0 tokens", NULL, NULL}, make_zero, 1, 50},
     {"missing_file", LLMT_EIO, {"cannot open", NULL, NULL}, make_nothing, 4, 50},
     {"directory", LLMT_EIO, {"not a regular file", NULL, NULL}, make_directory, 4, 50},
+    {"u16_odd_size.u16", LLMT_ECORRUPT, {"33 bytes", "odd", "byte offset 32"}, make_u16_odd, 4,
+     50},
+    {"u16_llmc_header.u16", LLMT_ECORRUPT, {"llm.c shard header", "*.bin", NULL}, make_u16_llmc,
+     4, 50},
+    {"u16_token_over_vocab.u16", LLMT_ECORRUPT,
+     {"position 13", "byte offset 26", "77, not below vocab_size 50"}, make_u16_vocab, 4, 50},
+    {"u16_too_short.u16", LLMT_EINVAL, {"5 tokens", "seq_len + 1 = 6", NULL}, make_u16_short, 5,
+     50},
+    {"u16_empty.u16", LLMT_EINVAL, {"0 tokens", NULL, NULL}, make_u16_empty, 1, 50},
 };
 
 /* Each bad shard, alone and after a good one (the message names the bad). */
@@ -1054,6 +1141,7 @@ int main(void)
 {
     static const struct CMUnitTest fixed[] = {
         cmocka_unit_test_setup_teardown(test_read_hand_written, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_headerless, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shard_write_decoded_by_hand, setup, teardown),
         cmocka_unit_test_setup_teardown(test_windows_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shuffle_epochs, setup, teardown),

@@ -24,6 +24,7 @@ from .data import (Loader, LoaderState, TokenizeReport, byte_decode, byte_encode
                    tokenize_files)
 from .errors import (Busy, ConfigWarning, CorruptData, CudaError, InvalidArgument, IOFailure,
                      LlmtError, NotFound, OutOfMemory, StateError, Unsupported, VersionError)
+from .generate import Generator, decode_bytes, generate
 from .model import Model, Recompute, Slicer
 from .optim import LossScaler, LossScalerState, Optimizer, UpdateReport
 from .plan import Plan, plan, plan_fit
@@ -35,10 +36,10 @@ library_version = _c.llmt_version_string().decode()
 
 __all__ = [
     "BYTE_VOCAB", "Busy", "CATEGORIES", "CheckpointStore", "ConfigWarning", "Context", "CorruptData",
-    "CudaError", "IOFailure", "InvalidArgument", "Latest", "LlmtError", "Loaded", "Loader",
+    "CudaError", "Generator", "IOFailure", "InvalidArgument", "Latest", "LlmtError", "Loaded", "Loader",
     "LoaderState", "LossScaler", "LossScalerState", "Model", "NotFound", "Optimizer",
     "OutOfMemory", "Plan", "Recompute", "RngState", "Slicer", "StateError", "StepReport",
     "TOKEN_EOT", "TokenizeReport", "TrainConfig", "Trainer", "Unsupported", "UpdateReport",
-    "VersionError", "byte_decode", "byte_encode", "library_path", "library_version", "plan",
+    "VersionError", "byte_decode", "byte_encode", "decode_bytes", "generate", "library_path", "library_version", "plan",
     "plan_fit", "recompute_policy_name", "shard_write", "tokenize_files",
 ]

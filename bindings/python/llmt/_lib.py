@@ -194,6 +194,16 @@ FUNCTIONS = {
     "llmt_model_set_grad": (STATUS, [MODEL, c_char_p, F32P, c_size_t]),
     "llmt_model_save_safetensors": (STATUS, [MODEL, c_char_p, c_int]),
     "llmt_model_load_safetensors": (STATUS, [MODEL, c_char_p]),
+    # generate.h
+    "llmt_generator_config_init": (None, [_p(S.llmt_generator_config)]),
+    "llmt_generator_create": (STATUS, [_pp(S.llmt_generator), MODEL,
+                                       _p(S.llmt_generator_config)]),
+    "llmt_generator_free": (None, [_p(S.llmt_generator)]),
+    "llmt_generator_reset": (STATUS, [_p(S.llmt_generator)]),
+    "llmt_generator_position": (STATUS, [_p(S.llmt_generator), I32P]),
+    "llmt_generator_feed": (STATUS, [_p(S.llmt_generator), I32P, c_int32, F32P, c_size_t]),
+    "llmt_generator_generate": (STATUS, [_p(S.llmt_generator), I32P, c_int32, c_int32, c_int32,
+                                         I32P, c_size_t, I32P]),
     # loss_scaler.h
     "llmt_loss_scaler_config_init": (None, [_p(S.llmt_loss_scaler_config)]),
     "llmt_loss_scaler_create": (STATUS, [_pp(S.llmt_loss_scaler), _p(S.llmt_loss_scaler_config)]),

@@ -56,6 +56,10 @@ class llmt_trainer(Structure):
     """Opaque ``llmt_trainer``."""
 
 
+class llmt_generator(Structure):
+    """Opaque ``llmt_generator``."""
+
+
 # ---- context.h
 
 class llmt_context_config(Structure):
@@ -88,6 +92,14 @@ class llmt_model_config(Structure):
                 ("rope_scaling", c_int32), ("rope_factor", c_float),
                 ("rope_low_freq_factor", c_float), ("rope_high_freq_factor", c_float),
                 ("rope_original_max_len", c_int32)]
+
+
+# ---- generate.h
+
+class llmt_generator_config(Structure):
+    VERSION = 1
+    _fields_ = [("version", c_uint32), ("max_context", c_int32), ("temperature", c_float),
+                ("top_k", c_int32), ("top_p", c_float), ("seed", c_uint64)]
 
 
 class llmt_hf_export_options(Structure):
@@ -251,7 +263,8 @@ llmt_log_callback = CFUNCTYPE(None, c_void_p, c_char_p)
 
 # Every struct whose layout the sync test checks against the headers.
 STRUCTS = (llmt_context_config, llmt_memory_stats, llmt_rng_state, llmt_model_config,
-           llmt_tensor_info, llmt_hf_export_options, llmt_loss_scaler_config,
+           llmt_tensor_info, llmt_hf_export_options, llmt_generator_config,
+           llmt_loss_scaler_config,
            llmt_loss_scaler_state,
            llmt_optimizer_config, llmt_update_report, llmt_plan_config, llmt_plan,
            llmt_train_config, llmt_tokenize_report, llmt_loader_config, llmt_loader_state,
