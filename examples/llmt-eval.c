@@ -7,9 +7,12 @@
  * The shards matching GLOB (sorted by name) are cut into windows of T + 1
  * tokens as the trainer's loader cuts them, in order (no shuffle); each
  * window scores its T next-token predictions. N batches of B windows are
- * evaluated; by default every window of one pass (the last batch may be
- * short). Prints the mean loss over the predictions and its exp, the
- * perplexity. Exit status: 0 done, 1 failed, 2 bad usage. */
+ * evaluated, at most one pass (a window is never counted twice); by default
+ * every window of one pass (the last batch may be short). T defaults to the
+ * model's max_seq_len, at most 1024 for --hf (a Hugging Face max_seq_len,
+ * 131072 for Llama 3, is far too long for attention on the CPU). Prints the
+ * mean loss over the predictions and its exp, the perplexity. Exit status:
+ * 0 done, 1 failed, 2 bad usage. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,9 @@
 
 #define PROG "llmt-eval"
 
+/* The default --seq-len of a Hugging Face directory at most. */
+#define HF_SEQ_DEFAULT_MAX 1024
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -30,8 +36,9 @@ static void usage(FILE *f)
             "tokens of the shards matching GLOB (in name order, not shuffled).\n"
             "--checkpoint reads the newest checkpoint that verifies, or step N; --hf a\n"
             "Hugging Face directory; --model a safetensors file or step-N directory.\n"
-            "Defaults: --seq-len the model's max_seq_len, --batch-size 8, --batches: every\n"
-            "window once (the last batch may be short).\n");
+            "Defaults: --seq-len the model's max_seq_len (at most 1024 with --hf),\n"
+            "--batch-size 8, --batches: every window once (the last batch may be short);\n"
+            "more batches than one pass holds evaluate the pass once.\n");
 }
 
 /* Loss summed over the predictions of `windows` windows read one by one
@@ -101,7 +108,8 @@ int main(int argc, char **argv)
     if (!rc) {
         llmt_model_get_config(model, &mc);
         if (!seq)
-            seq = mc.max_seq_len;
+            seq = src.hf && mc.max_seq_len > HF_SEQ_DEFAULT_MAX ? HF_SEQ_DEFAULT_MAX
+                                                                : mc.max_seq_len;
         if (seq > mc.max_seq_len) {
             fprintf(stderr, PROG ": --seq-len %lld is above the model's max_seq_len %d\n",
                     (long long)seq, mc.max_seq_len);
@@ -120,7 +128,15 @@ int main(int argc, char **argv)
         if (rc)
             fprintf(stderr, PROG ": --data %s: %s\n", data, llmt_error_last());
     }
-    int64_t windows = batches ? batches * batch : (int64_t)per_epoch;
+    /* At most one pass (of at least one window: the loader refuses a shard
+     * shorter than T + 1); batches * batch is compared without being formed. */
+    int64_t windows = (int64_t)per_epoch;
+    if (batches && (uint64_t)batches <= per_epoch / (uint64_t)batch)
+        windows = batches * batch;
+    else if (!rc && batches)
+        fprintf(stderr, PROG ": --batches %lld of %lld windows is more than one pass: "
+                "evaluating its %lld windows once\n", (long long)batches, (long long)batch,
+                (long long)per_epoch);
     double sum = 0;
     if (!rc)
         rc = eval_batches(model, loader, windows, (int32_t)batch, (int32_t)seq, &sum);

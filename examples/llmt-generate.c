@@ -10,12 +10,14 @@
  * tokens are printed decoded the same way: bytes as UTF-8 text, escaped as
  * \xNN where they are not valid UTF-8, the end-of-text token as nothing,
  * other ids as <|N|>. A Hugging Face directory with its own tokenizer
- * (tokenizer.json or tokenizer.model), which this C tool cannot run, needs
- * --prompt-tokens and --print-ids (the Python binding's llmt.generate takes a
- * tokenizers object). Exit status: 0 done, 1 failed, 2 bad usage. */
+ * (tokenizer.json or tokenizer.model), which this C tool cannot run, and any
+ * model whose vocab_size is not the byte tokenizer's 257 (one trained on
+ * shards of python -m llmt.tokenize) need --prompt-tokens and --print-ids
+ * (the Python binding's llmt.generate takes a tokenizers object). The cache
+ * holds the prompt and the new tokens, not the model's whole context.
+ * Exit status: 0 done, 1 failed, 2 bad usage. */
 #define _POSIX_C_SOURCE 200809L
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,25 +42,28 @@ static void usage(FILE *f)
             "decoded as bytes (invalid UTF-8 escaped as \\xNN, end-of-text as nothing,\n"
             "other ids as <|N|>), or with --print-ids as comma-separated token ids.\n"
             "--checkpoint reads the newest checkpoint that verifies, or step N; --hf a\n"
-            "Hugging Face directory (one with tokenizer.json or tokenizer.model needs\n"
-            "--prompt-tokens and --print-ids); --model a safetensors file or step-N dir.\n"
+            "Hugging Face directory; --model a safetensors file or step-N dir. A model\n"
+            "with its own tokenizer (tokenizer.json or tokenizer.model, or a vocab_size\n"
+            "other than the byte tokenizer's 257) needs --prompt-tokens and --print-ids.\n"
             "Defaults: --max-tokens 64 (or what the context leaves) --temperature 1\n"
             "(0: greedy) --top-k 0 (off) --top-p 1 (off) --seed 0 --stop-token -1 (none).\n");
 }
 
-/* Parses "I,J,..." into a malloc'ed array; -1 with a message on error. */
+/* Parses "I,J,..." (decimal digits only, no sign or space) into a malloc'ed
+ * array; -1 with a message on error. */
 static int parse_ids(const char *list, int32_t **out, int32_t *n)
 {
     size_t cap = strlen(list) / 2 + 1, k = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
     const char *p = list;
     while (ids) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+        int64_t v = 0;
+        const char *end = p;
+        while (*end >= '0' && *end <= '9' && v <= INT32_MAX)
+            v = v * 10 + (*end++ - '0');
+        if (end == p || v > INT32_MAX || (*end && *end != ',')) {
             fprintf(stderr, PROG ": --prompt-tokens: '%s' is not a list of token ids "
-                    "(I,J,... each >= 0)\nTry '" PROG " --help'.\n", list);
+                    "(I,J,... decimal, each 0..%d)\nTry '" PROG " --help'.\n", list, INT32_MAX);
             free(ids);
             return -1;
         }
@@ -135,6 +140,19 @@ static int prompt_tokens(const char *text, const char *ids, int hf_tokenizer, in
     return 0;
 }
 
+/* Whether the model's text is the byte tokenizer's: else --prompt and the
+ * decoded output would be wrong, so ids are required (message, -1). */
+static int check_byte_vocab(const llmt_model_config *mc, const char *what, const char *ids,
+                            int print_ids)
+{
+    if (mc->vocab_size == LLMT_BYTE_VOCAB || (ids && print_ids))
+        return 0;
+    fprintf(stderr, PROG ": %s has vocab_size %d, not the byte tokenizer's %d: its tokens "
+            "are not bytes, so give --prompt-tokens and --print-ids (or use the Python binding: "
+            "llmt.generate with a tokenizers object)\n", what, mc->vocab_size, LLMT_BYTE_VOCAB);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     model_source src = {NULL, -1, NULL, NULL};
@@ -178,13 +196,16 @@ int main(int argc, char **argv)
     llmt_generator *gen = NULL;
     llmt_model_config mc;
     char what[4200];
-    int rc = llmt_context_create(&ctx, NULL);
+    int usage = 0, rc = llmt_context_create(&ctx, NULL);
     if (rc)
         fprintf(stderr, PROG ": %s\n", llmt_error_last());
     else if (model_source_load(PROG, &src, ctx, &model, what, sizeof what))
         rc = -1;
     if (!rc) {
         llmt_model_get_config(model, &mc);
+        rc = usage = check_byte_vocab(&mc, what, ids, print_ids);
+    }
+    if (!rc) {
         llmt_generator_config gc = LLMT_GENERATOR_CONFIG_INIT;
         gc.temperature = (float)temperature;
         gc.top_k = (int32_t)top_k;
@@ -193,6 +214,10 @@ int main(int argc, char **argv)
         /* The default max-tokens shrinks to what the context leaves; an explicit one does not. */
         if (!cli_given(&spec, "--max-tokens") && max_tokens > mc.max_seq_len - n_prompt)
             max_tokens = mc.max_seq_len - n_prompt > 0 ? mc.max_seq_len - n_prompt : 0;
+        /* The cache holds this call's tokens (at least one position, at most
+         * the model's context, where generate names what does not fit). */
+        int64_t need = (int64_t)n_prompt + max_tokens;
+        gc.max_context = (int32_t)(need < 1 ? 1 : need < mc.max_seq_len ? need : mc.max_seq_len);
         rc = llmt_generator_create(&gen, model, &gc);
         out = malloc(((size_t)max_tokens + 1) * sizeof *out);
         if (!rc && out)
@@ -214,5 +239,5 @@ int main(int argc, char **argv)
     llmt_generator_free(gen);
     llmt_model_free(model);
     llmt_context_free(ctx);
-    return rc ? 1 : 0;
+    return usage ? 2 : rc ? 1 : 0;
 }

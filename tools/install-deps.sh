@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages libllmt needs to build and test, skipping those
-# already present, and the Python package tokenizers (below). Run as root (or
-# with sudo available).
+# already present, and the Python package tokenizers (below). Run it as the
+# user who runs the tests, not under sudo: it calls sudo for apt-get only
+# (as root it needs none), and tokenizers goes to the running user's site
+# (`sudo tools/install-deps.sh` would put it in /root/.local).
 set -euo pipefail
 
 packages=(
@@ -13,14 +15,16 @@ packages=(
 
 # Python packages Debian 12 does not ship, for /usr/bin/python3 (the one the
 # tests run): tokenizers, for python -m llmt.tokenize and its tests. Pinned,
-# from PyPI, without its dependency huggingface_hub (used only to download
-# tokenizers, which llmt.tokenize does not do), into the user's site-packages
-# (~/.local; root's in CI), where it shadows no Debian package.
+# from PyPI as a prebuilt wheel only (never a source build, which would need
+# a Rust toolchain), without its dependency huggingface_hub (used only to
+# download tokenizers, which llmt.tokenize does not do), into the running
+# user's site-packages (~/.local; root's in CI), where it shadows no Debian
+# package.
 install_python_packages() {
     /usr/bin/python3 -c 'import tokenizers' 2>/dev/null && return 0
-    echo "install-deps: pip install --user tokenizers==0.23.3"
-    /usr/bin/python3 -m pip install -q --user --no-deps --break-system-packages \
-        --root-user-action=ignore tokenizers==0.23.3
+    echo "install-deps: pip install --user --only-binary=:all: tokenizers==0.23.3"
+    /usr/bin/python3 -m pip install -q --user --no-deps --only-binary=:all: \
+        --break-system-packages --root-user-action=ignore tokenizers==0.23.3
 }
 
 missing=()

@@ -1,11 +1,12 @@
-/* llmt-train's text sample: byte tokens drawn from the model's logits,
- * computed with the KV-cache generator (include/llmt/generate.h), and their
- * escaped printing. */
+/* llmt-train's text sample: byte tokens drawn from the model's logits
+ * (sample_logits.h: the KV-cache generator, or a recompute where the backend
+ * has no cached attention), and their escaped printing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../text_escape.h"
+#include "sample_logits.h"
 #include "train_cli.h"
 
 #define CONTEXT_MAX 4096
@@ -29,24 +30,6 @@ static int32_t draw(llmt_trainer *tr, const float *row, int32_t drawable)
     return drawable - 1;
 }
 
-/* Feeds tokens[0..len) to gen, whose cache holds a prefix of them ending at
- * len - 1, so that it holds the last max_seq_len of them: one token when it
- * has room, else the window again from an empty cache. */
-static int feed_window(llmt_generator *gen, const int32_t *tokens, size_t len, size_t window,
-                       float *logits, size_t vocab)
-{
-    int32_t pos = 0;
-    if (llmt_generator_position(gen, &pos))
-        return -1;
-    if ((size_t)pos < window && pos > 0)
-        return llmt_generator_feed(gen, tokens + len - 1, 1, logits, vocab) ? -1 : 0;
-    size_t start = len > window ? len - window : 0;
-    if (llmt_generator_reset(gen) ||
-        llmt_generator_feed(gen, tokens + start, (int32_t)(len - start), logits, vocab))
-        return -1;
-    return 0;
-}
-
 int sample_text(llmt_trainer *tr, const char *prompt, int n, char *out, size_t cap)
 {
     llmt_model *m = llmt_trainer_model(tr);
@@ -66,11 +49,11 @@ int sample_text(llmt_trainer *tr, const char *prompt, int n, char *out, size_t c
         return 0;
     /* Training is over: the cache takes the activation arena's place. */
     llmt_model_release_activations(m);
-    llmt_generator *gen = NULL;
+    sample_logits src = {0};
     float *logits = malloc((size_t)V * sizeof *logits);
-    int rc = logits && !llmt_generator_create(&gen, m, NULL) ? 0 : -1;
+    int rc = logits && !sample_logits_open(&src, m) ? 0 : -1;
     if (!rc)
-        rc = feed_window(gen, tokens, len, (size_t)mc.max_seq_len, logits, (size_t)V);
+        rc = sample_logits_next(&src, tokens, len, logits) ? -1 : 0;
     for (int i = 0; i < n && !rc; i++) {
         int32_t pick = draw(tr, logits, drawable);
         if (pick == LLMT_TOKEN_EOT || len == CONTEXT_MAX || used + 1 >= cap)
@@ -78,10 +61,10 @@ int sample_text(llmt_trainer *tr, const char *prompt, int n, char *out, size_t c
         tokens[len++] = pick;
         out[used++] = (char)pick;
         if (i + 1 < n)
-            rc = feed_window(gen, tokens, len, (size_t)mc.max_seq_len, logits, (size_t)V);
+            rc = sample_logits_next(&src, tokens, len, logits) ? -1 : 0;
     }
     out[used] = '\0';
-    llmt_generator_free(gen);
+    sample_logits_close(&src);
     free(logits);
     return rc;
 }

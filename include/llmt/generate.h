@@ -4,13 +4,14 @@
  * the positions it has seen (the KV cache, device memory in the ACTIVATIONS
  * category; its scratch is WORKSPACE). Feeding tokens runs only the new
  * positions through the model; sampling follows Hugging Face generate:
- * logits / temperature, then top-k, then top-p (nucleus), then a draw from
- * the softmax of what is left, with one uniform per token from the Philox
- * stream (seed, LLMT_STREAM_SAMPLING) of the generator's seed. Temperature 0
- * is greedy (the lowest index among equal maxima). The model's weights are
- * used as they are stored (fp32, bf16 or fp16); a change to them makes the
- * cache stale (llmt_generator_reset, or llmt_generator_generate, which
- * starts afresh). */
+ * logits / temperature (computed as (logits - their maximum) / temperature,
+ * the same distribution, so that a tiny temperature cannot overflow), then
+ * top-k, then top-p (nucleus), then a draw from the softmax of what is left,
+ * with one uniform per token from the generator's own random stream of its
+ * seed. Temperature 0 is greedy (the lowest index among equal maxima). The
+ * model's weights are used as they are stored (fp32, bf16 or fp16); a change
+ * to them makes the cache stale (llmt_generator_reset, or
+ * llmt_generator_generate, which starts afresh). */
 #ifndef LLMT_GENERATE_H
 #define LLMT_GENERATE_H
 
@@ -54,10 +55,12 @@ LLMT_API int llmt_generator_create(llmt_generator **out, llmt_model *model, cons
 /* Releases a generator and its cache; NULL is accepted. */
 LLMT_API void llmt_generator_free(llmt_generator *gen);
 
-/* Empties the cache: the next token fed is at position 0. */
+/* Empties the cache: the next token fed is at position 0. Errors:
+ * LLMT_EINVAL (gen NULL). */
 LLMT_API int llmt_generator_reset(llmt_generator *gen);
 
-/* The number of positions in the cache, into *out. */
+/* The number of positions in the cache, into *out. Errors: LLMT_EINVAL (gen
+ * or out NULL). */
 LLMT_API int llmt_generator_position(const llmt_generator *gen, int32_t *out);
 
 /* Appends n >= 1 tokens to the cache (they are the positions from

@@ -46,7 +46,7 @@ int llmt_generator_create(llmt_generator **out, llmt_model *model,
     if (!out || !model)
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, out ? "model" : "out");
     *out = NULL;
-    if (!model->ops->attention_kv_fwd)
+    if (!model->ops->attention_kv_fwd || !model->ops->attention_kv_scratch_bytes)
         return llmt_fail(LLMT_EUNSUPPORTED, "%s: the %s backend has no cached attention "
                          "(attention_kv_fwd)", fn, model->ops->name);
     llmt_generator_config def = LLMT_GENERATOR_CONFIG_INIT;

@@ -29,10 +29,16 @@ void llmt_gen_layout_compute(const llmt_model *m, int64_t max_context, llmt_gen_
     out->gu = take(&at, r * (size_t)(2 * d->ffn) * es);
     out->s = take(&at, r * (size_t)d->ffn * es);
     out->rstd = take(&at, r * sizeof(float));
-    /* Attention's scratch grows with the cache, the LM head's with one row. */
-    llmt_op_dims od = {1, max_context, d->d, d->heads, d->kv_heads, d->head_dim, d->ffn,
-                       d->vocab, 1, m->dt, m->dev->num_threads};
-    out->scratch = take(&at, m->ops->scratch_bytes(&od));
+    /* One scratch serves the ops, which run one at a time: the products and
+     * the LM head of a chunk of `rows` (the ops of a model with seq = rows
+     * and one row of logits at a time), and cached attention, which grows
+     * with the cache. */
+    llmt_op_dims od = {1, rows, d->d, d->heads, d->kv_heads, d->head_dim, d->ffn, d->vocab, 1,
+                       m->dt, m->dev->num_threads};
+    llmt_attn_dims ad = {1, max_context, d->heads, d->kv_heads, d->head_dim};
+    size_t ops = m->ops->scratch_bytes(&od),
+           kv = m->ops->attention_kv_scratch_bytes(&ad, m->dev->num_threads);
+    out->scratch = take(&at, ops > kv ? ops : kv);
     out->total = at;
 }
 

@@ -30,8 +30,12 @@ int32_t llmt_gen_sample(llmt_generator *g, float *logits, float u)
     const llmt_generator_config *c = &g->cfg;
     if (c->temperature == 0.0f)
         return argmax(logits, V);
+    /* The largest logit is subtracted before dividing, so every tempered
+     * logit is <= 0 (the largest exactly 0): a tiny temperature sends the
+     * others to -inf, which softmax makes 0, never to inf - inf = NaN. */
+    const float top = logits[argmax(logits, V)];
     for (int64_t i = 0; i < V; i++)
-        logits[i] /= c->temperature;
+        logits[i] = (logits[i] - top) / c->temperature;
     llmt_gen_cand *cand = g->cand;
     for (int32_t i = 0; i < V; i++)
         cand[i] = (llmt_gen_cand){logits[i], i};

@@ -15,7 +15,7 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 5
+#define LLMT_BACKEND_ABI 6
 
 typedef struct llmt_device llmt_device;
 
@@ -175,10 +175,14 @@ typedef struct llmt_backend_ops {
      * 1) against a key/value cache of all a->seq, causal: query row i sees
      * cache rows [0, a->seq - m + i]. q is [m, heads * head_dim]; kv rows are
      * [k heads | v heads], 2 kv_heads head_dim wide; out is [m, heads *
-     * head_dim]. scratch: scratch_bytes() of dims with seq >= a->seq. NULL
-     * where the backend has none (then no cached generation). */
+     * head_dim]. scratch: attention_kv_scratch_bytes() of a cache of at
+     * least a->seq positions. NULL where the backend has none (then no
+     * cached generation). */
     int (*attention_kv_fwd)(llmt_device *dev, void *out, const void *q, const void *kv,
                             int64_t m, const llmt_attn_dims *a, int dt, void *scratch);
+    /* Scratch bytes attention_kv_fwd needs for a cache of up to a->seq
+     * positions with num_threads threads (NULL with attention_kv_fwd). */
+    size_t (*attention_kv_scratch_bytes)(const llmt_attn_dims *a, int num_threads);
 } llmt_backend_ops;
 
 /* A backend instance; each backend embeds this first in its own state. */

@@ -6,8 +6,14 @@
  *   greedy_a.ids, greedy_b.ids  the greedy continuation of the prompt "ab"
  *       (12 tokens) by an argmax over llmt_model_logits of the whole prefix
  *       each token, comma-separated;
- *   eval_b.txt   the mean loss of B over every window of 16 + 1 tokens of
- *       the shards, by llmt_model_forward one window at a time.
+ *   eval_a.txt, eval_b.txt   the mean loss of A, of B, over every window
+ *       of 16 + 1 tokens of the shards, by llmt_model_forward one window at
+ *       a time;
+ * and hf_long, B with max_seq_len 2048, with a shard long_000000.bin of 2100
+ * tokens (two windows of 1024 + 1, one of 2048 + 1); model_v300.safetensors,
+ * a model of vocab_size 300 (not the byte tokenizer's); hf_huge, a one-layer
+ * model (head_dim 2) of max_seq_len 2^20, whose cache and attention scratch
+ * for the whole context take hundreds of MiB.
  *
  * Usage: generate_fixture OUT_DIR */
 #include <math.h>
@@ -43,6 +49,41 @@ static void set_weights(llmt_model *m, uint64_t seed)
         check(llmt_model_set_param(m, ti.name, w, (size_t)ti.numel), ti.name);
         free(w);
     }
+}
+
+/* The shards' tokens: random bytes and EOTs. */
+static const int lens[2] = {300, 200};
+
+static int32_t *shard_tokens(int k)
+{
+    uint64_t s = 3 + (uint64_t)k;
+    int32_t *t = malloc((size_t)lens[k] * sizeof *t);
+    for (int i = 0; i < lens[k]; i++)
+        t[i] = (int32_t)(trand_u64(&s) % LLMT_BYTE_VOCAB);
+    return t;
+}
+
+/* m's mean loss over every window of SEQ + 1 tokens of the shards, with the
+ * window count, into dir/name.txt. */
+static void write_eval(llmt_model *m, const char *dir, const char *name)
+{
+    double sum = 0;
+    int64_t windows = 0;
+    for (int k = 0; k < 2; k++) {
+        int32_t *t = shard_tokens(k);
+        for (int w = 0; (w + 1) * SEQ + 1 <= lens[k]; w++, windows++) {
+            double loss = 0;
+            check(llmt_model_forward(m, t + w * SEQ, t + w * SEQ + 1, 1, SEQ, &loss), "forward");
+            sum += loss;
+        }
+        free(t);
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.txt", dir, name);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "%lld %.9f %.9f\n", (long long)windows, sum / (double)windows,
+            exp(sum / (double)windows));
+    fclose(f);
 }
 
 /* Greedy continuation of "ab" by full recompute, into dir/name.ids. */
@@ -103,6 +144,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/model_a.safetensors", dir);
     check(llmt_model_save_safetensors(m, path, LLMT_DTYPE_F32), "save A");
     write_greedy(m, dir, "greedy_a", c.vocab_size);
+    write_eval(m, dir, "eval_a");
 
     /* Weights B: step-2, the Hugging Face directories. */
     set_weights(m, 2);
@@ -125,28 +167,50 @@ int main(int argc, char **argv)
     write_greedy(m, dir, "greedy_b", c.vocab_size);
 
     /* Two shards of random byte tokens and EOTs, and B's loss over them. */
-    static const int lens[2] = {300, 200};
-    double sum = 0;
-    int64_t windows = 0;
-    uint64_t s = 3;
     for (int k = 0; k < 2; k++) {
-        int32_t *t = malloc((size_t)lens[k] * sizeof *t);
-        for (int i = 0; i < lens[k]; i++)
-            t[i] = (int32_t)(trand_u64(&s) % LLMT_BYTE_VOCAB);
+        int32_t *t = shard_tokens(k);
         snprintf(path, sizeof path, "%s/val_%06d.bin", dir, k);
         check(llmt_shard_write(path, t, (size_t)lens[k], LLMT_SHARD_VERSION_U16), "shard");
-        for (int w = 0; (w + 1) * SEQ + 1 <= lens[k]; w++, windows++) {
-            double loss = 0;
-            check(llmt_model_forward(m, t + w * SEQ, t + w * SEQ + 1, 1, SEQ, &loss), "forward");
-            sum += loss;
-        }
         free(t);
     }
-    snprintf(path, sizeof path, "%s/eval_b.txt", dir);
-    f = fopen(path, "w");
-    fprintf(f, "%lld %.9f %.9f\n", (long long)windows, sum / (double)windows,
-            exp(sum / (double)windows));
-    fclose(f);
+    write_eval(m, dir, "eval_b");
+    llmt_model_free(m);
+
+    /* B with a long context, and a shard for it. */
+    c.max_seq_len = 2048;
+    check(llmt_model_create(&m, ctx, &c), "long model");
+    set_weights(m, 2);
+    snprintf(path, sizeof path, "%s/hf_long", dir);
+    o.tokenizer_dir = NULL;
+    check(llmt_model_export_hf(m, path, &o), "export hf_long");
+    llmt_model_free(m);
+    int32_t *t = malloc(2100 * sizeof *t);
+    uint64_t s = 5;
+    for (int i = 0; i < 2100; i++)
+        t[i] = (int32_t)(trand_u64(&s) % LLMT_BYTE_VOCAB);
+    snprintf(path, sizeof path, "%s/long_000000.bin", dir);
+    check(llmt_shard_write(path, t, 2100, LLMT_SHARD_VERSION_U16), "long shard");
+    free(t);
+
+    /* A context far longer than any prompt here. */
+    llmt_model_config h = c;
+    h.hidden_size = 8;
+    h.num_layers = 1;
+    h.ffn_size = 16;
+    h.max_seq_len = 1 << 20;
+    check(llmt_model_create(&m, ctx, &h), "huge-context model");
+    set_weights(m, 4);
+    snprintf(path, sizeof path, "%s/hf_huge", dir);
+    check(llmt_model_export_hf(m, path, &o), "export hf_huge");
+    llmt_model_free(m);
+
+    /* A vocabulary other than the byte tokenizer's. */
+    c.max_seq_len = SEQ;
+    c.vocab_size = 300;
+    check(llmt_model_create(&m, ctx, &c), "vocab 300 model");
+    set_weights(m, 3);
+    snprintf(path, sizeof path, "%s/model_v300.safetensors", dir);
+    check(llmt_model_save_safetensors(m, path, LLMT_DTYPE_F32), "save vocab 300");
     llmt_model_free(m);
     llmt_context_free(ctx);
     return 0;

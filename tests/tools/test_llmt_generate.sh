@@ -4,7 +4,10 @@
 # greedy ids from a checkpoint (newest, --step), a safetensors file and a
 # Hugging Face directory; the printed text against Python's own UTF-8
 # decoding of those ids; seeds, --top-k 1, --stop-token; the tokenizer.json
-# refusal; eval's loss, perplexity and window count; usage and load errors.
+# and vocab_size refusals; strict --prompt-tokens; a cache of the call's size
+# (a 2^20-position model under a data limit); eval's loss, perplexity and
+# window count, at most one pass, --hf's default --seq-len; usage and load
+# errors.
 # Usage: test_llmt_generate.sh LLMT_GENERATE LLMT_EVAL GENERATE_FIXTURE
 set -eu
 gen=$1
@@ -91,6 +94,31 @@ expect_err "has its own tokenizer"
 run "$gen" --hf "$f/hf_tok" --prompt-tokens 97,98 --max-tokens 12 --temperature 0 --print-ids
 [ "$(cat "$tmp/out")" = "$B" ] || fail "hf_tok ids: $(cat "$tmp/out")"
 
+# A vocabulary other than the byte tokenizer's (a model trained on
+# llmt.tokenize shards): no byte-encoded prompt, no byte-decoded output.
+run "$gen" --model "$f/model_v300.safetensors" --prompt ab --max-tokens 3
+expect_status 2 "vocab 300 with --prompt"
+expect_err "has vocab_size 300, not the byte tokenizer's 257"
+run "$gen" --model "$f/model_v300.safetensors" --prompt-tokens 97,299 --max-tokens 3
+expect_status 2 "vocab 300 without --print-ids"
+expect_err "give --prompt-tokens and --print-ids"
+run "$gen" --model "$f/model_v300.safetensors" --prompt-tokens 97,299 --max-tokens 3 --print-ids
+expect_status 0 "vocab 300 ids"
+grep -q -x '[0-9]*,[0-9]*,[0-9]*' "$tmp/out" || fail "vocab 300 ids: $(cat "$tmp/out")"
+
+# The cache holds the prompt and the new tokens, not the model's 2^20
+# positions (hundreds of MiB of cache and attention scratch), so the tool
+# runs within 256 MiB of data. Not under AddressSanitizer (its runtime,
+# linked in either way, names __asan_init), whose shadow memory counts
+# against the limit; the plain build runs it.
+if ! nm -D "$gen" | grep -q __asan_init; then
+    status=0
+    (ulimit -d 262144 && OMP_NUM_THREADS=2 exec "$gen" --hf "$f/hf_huge" --prompt ab \
+        --max-tokens 4 --print-ids) > "$tmp/out" 2> "$tmp/err" || status=$?
+    expect_status 0 "a 2^20-position model in 256 MiB"
+    grep -q -x '[0-9]*,[0-9]*,[0-9]*,[0-9]*' "$tmp/out" || fail "hf_huge ids: $(cat "$tmp/out")"
+fi
+
 # Usage and load errors.
 run "$gen" --prompt ab
 expect_status 2 "no model"
@@ -105,9 +133,11 @@ expect_status 2 "no prompt"
 run "$gen" --hf "$f/hf" --prompt ab --temperature -1
 expect_status 2 "negative temperature"
 expect_err "temperature"
-run "$gen" --hf "$f/hf" --prompt-tokens 97,x
-expect_status 2 "bad --prompt-tokens"
-expect_err "97,x"
+for ids in 97,x " 97,98" "97, 98" +97 97,+98 97,,98 97, ,97 -1 2147483648 "97 "; do
+    run "$gen" --hf "$f/hf" --prompt-tokens "$ids" --print-ids
+    expect_status 2 "--prompt-tokens '$ids'"
+    expect_err "'$ids' is not a list of token ids"
+done
 run "$gen" --hf "$f/hf" --prompt ab --max-tokens 15
 expect_status 1 "past the context"
 expect_err "max_new = 15"
@@ -128,22 +158,47 @@ expect_status 1 "no checkpoint"
 set -- $(cat "$f/eval_b.txt")
 windows=$1 loss=$2 ppl=$3
 [ "$windows" = 30 ] || fail "fixture windows $windows"
+set -- $(cat "$f/eval_a.txt")
+loss_a=$2
 # close GOT WANT REL: whether |GOT - WANT| <= REL |WANT|.
 close() {
     python3 -c "import sys; sys.exit(abs(float('$1') - float('$2')) > $3 * abs(float('$2')))"
 }
+close "$loss_a" "$loss" 1e-3 && fail "the fixture's A and B score alike ($loss_a, $loss)"
+pattern='.* 30 windows of 16 tokens (480 predictions): loss \([0-9.]*\) perplexity \([0-9.]*\)$'
+# expect_eval LOSS PPL WHAT: the output is 30 windows with that loss and perplexity.
+expect_eval() {
+    got=$(sed -n "s/$pattern/\1 \2/p" "$tmp/out")
+    [ -n "$got" ] || fail "$3 output: $(cat "$tmp/out") $(cat "$tmp/err")"
+    close "${got% *}" "$1" 1e-5 || fail "$3 loss ${got% *}, want $1"
+    [ -z "$2" ] || close "${got#* }" "$2" 1e-5 || fail "$3 perplexity ${got#* }, want $2"
+}
 for src in "--hf $f/hf" "--checkpoint $f/ckpt"; do
     run "$ev" $src --data "$f/val_*.bin" --seq-len 16 --batch-size 4
     expect_status 0 "eval $src"
-    pattern='.* 30 windows of 16 tokens (480 predictions): loss \([0-9.]*\) perplexity \([0-9.]*\)$'
-    got=$(sed -n "s/$pattern/\1 \2/p" "$tmp/out")
-    [ -n "$got" ] || fail "eval $src output: $(cat "$tmp/out")"
-    close "${got% *}" "$loss" 1e-5 || fail "eval $src loss ${got% *}, want $loss"
-    close "${got#* }" "$ppl" 1e-5 || fail "eval $src perplexity ${got#* }, want $ppl"
+    expect_eval "$loss" "$ppl" "eval $src"
 done
 run "$ev" --checkpoint "$f/ckpt" --step 1 --data "$f/val_*.bin" --batch-size 4
+expect_status 0 "eval --step 1"
 grep -q "step 1: 30 windows" "$tmp/out" || fail "eval --step 1: $(cat "$tmp/out")"
-grep -q "loss $(printf %.6f "$loss") " "$tmp/out" && fail "eval --step 1 gives step 2's loss"
+expect_eval "$loss_a" "" "eval --step 1 (A's loss)"
+# More batches than one pass evaluates each window once, also where
+# batches x batch-size passes int64.
+for n in 8 100 9223372036854775807; do
+    run "$ev" --hf "$f/hf" --data "$f/val_*.bin" --batches $n --batch-size 4
+    expect_status 0 "--batches $n"
+    expect_eval "$loss" "$ppl" "--batches $n of 4"
+    expect_err "more than one pass: evaluating its 30 windows once"
+done
+run "$ev" --hf "$f/hf" --data "$f/val_*.bin" --batches 9223372036854775807 --batch-size 65536
+expect_status 0 "--batches INT64_MAX x 65536"
+expect_eval "$loss" "$ppl" "--batches INT64_MAX x 65536"
+# --hf's default --seq-len is at most 1024 (hf_long's max_seq_len is 2048):
+# the 2100-token shard holds two windows of 1024 + 1.
+run "$ev" --hf "$f/hf_long" --data "$f/long_*.bin"
+expect_status 0 "hf_long default seq-len"
+grep -q ": 2 windows of 1024 tokens (2048 predictions)" "$tmp/out" ||
+    fail "hf_long default seq-len: $(cat "$tmp/out")"
 run "$ev" --model "$f/model_a.safetensors" --data "$f/val_*.bin" --batches 2 --batch-size 3 \
     --seq-len 8
 grep -q ": 6 windows of 8 tokens (48 predictions)" "$tmp/out" || fail "--batches: $(cat "$tmp/out")"

@@ -201,8 +201,11 @@ static int reference_sample(const float *logits_in, int V, float temp, int top_k
 {
     double z[64], p[64];
     int keep[64], rank[64];
+    float top = logits_in[0];
+    for (int i = 1; i < V; i++)
+        top = fmaxf(top, logits_in[i]);
     for (int i = 0; i < V; i++) {
-        z[i] = (double)(logits_in[i] / temp);
+        z[i] = (double)((logits_in[i] - top) / temp); /* HF's logits / temp, shifted */
         keep[i] = 1;
     }
     /* rank: how many come before i (larger, or equal with a lower index) */
@@ -252,16 +255,18 @@ static int reference_sample(const float *logits_in, int V, float temp, int top_k
     return last;
 }
 
-/* The first sampled token against the reference sampler over many seeds and
- * settings; a seed repeats its tokens, another seed gives others. */
+/* The first two sampled tokens (draws 0 and 1) against the reference
+ * sampler over many seeds and settings, the second on the recomputed logits
+ * after the prompt and the first; a seed repeats its tokens, another seed
+ * gives others. */
 static void test_sampling(void **state)
 {
     (void)state;
     llmt_context *ctx = test_context(1, 3);
     llmt_model_config c = tiny(LLMT_PRECISION_FP32, 0, 2, 24);
     llmt_model *m = make_model(ctx, &c, 300);
-    int32_t prompt[4] = {1, 2, 3, 4};
-    float logits[37];
+    int32_t prompt[5] = {1, 2, 3, 4, 0};
+    float logits[37], next[37];
     full_logits(m, prompt, 4, 37, logits);
     /* Soften the logits' spread with temperatures above 1 so top-k and
      * top-p have several tokens to choose among. */
@@ -286,6 +291,13 @@ static void test_sampling(void **state)
             if (out[0] != want)
                 fail_msg("setting %zu seed %llu: sampled %d, reference %d", s,
                          (unsigned long long)seed, out[0], want);
+            prompt[4] = out[0];
+            full_logits(m, prompt, 5, 37, next);
+            u = llmt_rng_u32_to_uniform(llmt_rng_u32_at(seed, LLMT_STREAM_SAMPLING, 1));
+            want = reference_sample(next, 37, gc.temperature, gc.top_k, gc.top_p, u);
+            if (out[1] != want)
+                fail_msg("setting %zu seed %llu: second token %d, reference %d", s,
+                         (unsigned long long)seed, out[1], want);
             assert_int_equal(llmt_generator_generate(g, prompt, 4, 8, -1, again, 8, &n), LLMT_OK);
             assert_memory_equal(out, again, sizeof out);
             if (seed > 0) {
@@ -300,6 +312,38 @@ static void test_sampling(void **state)
             llmt_generator_free(g);
         }
     assert_true(differs > 0);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+}
+
+/* A temperature so small that logits / T overflows (1e-38, and the
+ * subnormal 1e-39) draws the greedy tokens: no inf - inf makes a NaN. */
+static void test_tiny_temperature_is_greedy(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(1, 3);
+    llmt_model_config c = tiny(LLMT_PRECISION_FP32, 0, 2, 24);
+    llmt_model *m = make_model(ctx, &c, 350);
+    int32_t prompt[3] = {5, 6, 7}, greedy[12], out[12], n = 0;
+    llmt_generator_config gc = LLMT_GENERATOR_CONFIG_INIT;
+    gc.temperature = 0.0f;
+    llmt_generator *g = NULL;
+    assert_int_equal(llmt_generator_create(&g, m, &gc), LLMT_OK);
+    assert_int_equal(llmt_generator_generate(g, prompt, 3, 12, -1, greedy, 12, &n), LLMT_OK);
+    llmt_generator_free(g);
+    static const float temps[] = {1e-38f, 1e-39f};
+    for (size_t t = 0; t < 2; t++)
+        for (uint64_t seed = 0; seed < 4; seed++) {
+            gc.temperature = temps[t];
+            gc.seed = seed;
+            assert_int_equal(llmt_generator_create(&g, m, &gc), LLMT_OK);
+            assert_int_equal(llmt_generator_generate(g, prompt, 3, 12, -1, out, 12, &n), LLMT_OK);
+            assert_int_equal(n, 12);
+            if (memcmp(out, greedy, sizeof out) != 0)
+                fail_msg("temperature %g seed %llu: not the greedy tokens (first %d, greedy %d)",
+                         (double)temps[t], (unsigned long long)seed, out[0], greedy[0]);
+            llmt_generator_free(g);
+        }
     llmt_model_free(m);
     llmt_context_free(ctx);
 }
@@ -331,7 +375,10 @@ static void test_stop_token(void **state)
 }
 
 /* The cache is ACTIVATIONS memory of exactly layers x context x 2 kv heads
- * x head_dim elements, and the budget can refuse it. */
+ * x head_dim elements, and the budget can refuse it. The workspace of a long
+ * context is what cached attention needs per thread, (64 + 4 head_dim)
+ * context floats, plus the chunk's buffers (64 rows of a few hidden widths):
+ * not the training attention's (128 + 8 head_dim) context floats. */
 static void test_memory(void **state)
 {
     (void)state;
@@ -355,6 +402,23 @@ static void test_memory(void **state)
     assert_int_equal(llmt_context_set_budget(ctx, before.total_current + 100), LLMT_OK);
     assert_int_equal(llmt_generator_create(&g, m, &gc), LLMT_ENOMEM);
     assert_null(g);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+
+    const int threads = 2, ctx_len = 4096, hd = 8;
+    ctx = test_context(threads, 3);
+    c = tiny(LLMT_PRECISION_BF16_MIXED, 0, 2, ctx_len);
+    m = make_model(ctx, &c, 501);
+    assert_int_equal(llmt_context_memory_stats(ctx, &before), LLMT_OK);
+    assert_int_equal(llmt_generator_create(&g, m, NULL), LLMT_OK);
+    assert_int_equal(llmt_context_memory_stats(ctx, &during), LLMT_OK);
+    uint64_t work = during.current[LLMT_MEM_WORKSPACE] - before.current[LLMT_MEM_WORKSPACE];
+    uint64_t attention = (uint64_t)threads * (64 + 4 * hd) * ctx_len * sizeof(float);
+    printf("workspace %llu bytes for cached attention's %llu\n", (unsigned long long)work,
+           (unsigned long long)attention);
+    assert_true(work >= attention);
+    assert_true(work <= attention + 64 * 1024);
+    llmt_generator_free(g);
     llmt_model_free(m);
     llmt_context_free(ctx);
 }
@@ -467,9 +531,9 @@ static void test_attention_kv_op(void **state)
                 else
                     ((uint16_t *)raw)[j] = b;
             }
-            llmt_op_dims od = {1, t, H * hd, H, KV, hd, 8, 8, 1, dt, 3};
-            void *scratch = malloc(dev->ops->scratch_bytes(&od));
+            /* Exactly the scratch the op asks for: the sanitizers see an overrun. */
             llmt_attn_dims ad = {1, t, H, KV, hd};
+            void *scratch = malloc(dev->ops->attention_kv_scratch_bytes(&ad, 3));
             assert_int_equal(dev->ops->attention_kv_fwd(dev, dout, dq, dkv, m, &ad, dt, scratch),
                              LLMT_OK);
             double worst = 0, scale = 0;
@@ -520,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_cached_logits_match_recompute),
         cmocka_unit_test(test_greedy_matches_recompute),
         cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_tiny_temperature_is_greedy),
         cmocka_unit_test(test_stop_token),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_errors),

@@ -11,8 +11,11 @@ from .data import byte_encode
 
 
 def _ids(tokens, what):
-    """A C-contiguous 1-D int32 array of token ids; values outside int32 refused."""
+    """A C-contiguous 1-D int32 array of token ids; values outside int32 and
+    an empty sequence refused."""
     a = np.asarray(tokens)
+    if a.size == 0:
+        raise ValueError(f"{what} is empty: expected at least one token id")
     if a.dtype.kind not in "iu":
         raise TypeError(f"{what}: expected integer token ids, got dtype {a.dtype}")
     b = a.astype(np.int32).reshape(-1)
@@ -69,16 +72,27 @@ class Generator(Handle):
         return out[:n.value].copy()
 
 
+def _escape_run(run):
+    """A run of bytes as UTF-8 text: a byte of no valid sequence as ``\\xNN``
+    and a backslash as ``\\\\`` (so neither can be mistaken for the other:
+    llmt-generate's rule, examples/text_escape.c)."""
+    text = bytes(run).decode("utf-8", errors="surrogateescape")
+    return "".join("\\\\" if c == "\\" else
+                   f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c
+                   for c in text)
+
+
 def decode_bytes(tokens):
-    """Text of byte tokens as llmt-generate prints it, but unescaped where
-    valid: each run of byte tokens decoded as UTF-8 with invalid bytes as
-    ``\\xNN``, the end-of-text token as nothing, other ids as ``<|N|>``."""
+    """Text of byte tokens as llmt-generate prints it, but with valid text
+    (control characters included) as it is: each run of byte tokens decoded
+    as UTF-8 with invalid bytes as ``\\xNN`` and a backslash as ``\\\\``,
+    the end-of-text token as nothing, other ids as ``<|N|>``."""
     parts, run = [], bytearray()
     for t in list(tokens) + [None]:
         if t is not None and 0 <= t < 256:
             run.append(t)
             continue
-        parts.append(bytes(run).decode("utf-8", errors="backslashreplace"))
+        parts.append(_escape_run(run))
         run.clear()
         if t is not None and t != S.TOKEN_EOT:
             parts.append(f"<|{t}|>")
@@ -86,18 +100,23 @@ def decode_bytes(tokens):
 
 
 def generate(model, prompt, max_new_tokens=64, *, temperature=1.0, top_k=0, top_p=1.0, seed=0,
-             stop_token=None, tokenizer=None, max_context=0):
+             stop_token=None, tokenizer=None, max_context=None):
     """Samples up to ``max_new_tokens`` tokens after ``prompt`` with a
     Generator of these settings. A str prompt is encoded with ``tokenizer``
     (a Hugging Face ``tokenizers.Tokenizer``, or anything with
     ``encode(text).ids`` and ``decode(ids)``) or, without one, the byte
     tokenizer, and the new tokens come back decoded the same way (str); a
-    sequence of ids comes back as an int32 array of ids."""
+    sequence of ids comes back as an int32 array of ids. The cache holds
+    ``max_context`` positions: by default the prompt's and the new tokens'
+    (at most the model's max_seq_len), 0 for the model's whole context."""
     text = isinstance(prompt, str)
     if text:
         ids = tokenizer.encode(prompt).ids if tokenizer is not None else byte_encode(prompt)
     else:
         ids = prompt
+    ids = _ids(ids, "prompt")
+    if max_context is None:
+        max_context = max(1, min(ids.size + int(max_new_tokens), model.config["max_seq_len"]))
     with Generator(model, max_context=max_context, temperature=temperature, top_k=top_k,
                    top_p=top_p, seed=seed) as g:
         out = g.generate(ids, max_new_tokens, stop_token)

@@ -18,6 +18,8 @@ Exit status: 0 done, 1 failed (nothing is written before all inputs are
 encoded), 2 bad usage.
 """
 import argparse
+import collections
+import itertools
 import json
 import math
 import multiprocessing
@@ -168,8 +170,10 @@ def _encode_in_worker(path):
 
 def encoded(files, tok, path, eot, dtype, workers):
     """Yields (tokens, bytes) of each file in order. With workers > 1 the
-    files are encoded by that many spawned processes (map keeps the order; a
-    worker that dies or fails to start raises rather than hangs)."""
+    files are encoded by that many spawned processes (a worker that dies or
+    fails to start raises rather than hangs), at most 2 x workers files
+    submitted and not yet yielded, so finished results waiting for an earlier
+    file stay few."""
     if workers == 1:
         for f in files:
             yield encode_document(tok, f, eot, dtype)
@@ -177,7 +181,14 @@ def encoded(files, tok, path, eot, dtype, workers):
     pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), _start_worker,
                                (path, eot, dtype))
     try:
-        yield from pool.map(_encode_in_worker, files)
+        waiting, later = collections.deque(), iter(files)
+        for f in itertools.islice(later, 2 * workers):
+            waiting.append(pool.submit(_encode_in_worker, f))
+        while waiting:
+            done = waiting.popleft().result()
+            for f in itertools.islice(later, 1):  # the next file, before the caller's turn
+                waiting.append(pool.submit(_encode_in_worker, f))
+            yield done
     finally:  # after a failure, the files not yet started are dropped
         pool.shutdown(cancel_futures=True)
 

@@ -59,6 +59,25 @@ def test_seed_repeats_and_text_round_trip(model):
 def test_decode_bytes():
     # "é" whole, a lone continuation byte, end of text, an id past the bytes.
     assert llmt.decode_bytes([0xC3, 0xA9, 0x80, 256, 65, 300]) == "é\\x80A<|300|>"
+    # A literal backslash before "x80" is doubled: it cannot read as the byte 0x80.
+    assert llmt.decode_bytes(list(b"\\x80") + [0x80]) == "\\\\x80\\x80"
+    # A surrogate's bytes (ED A0 80) and a cut sequence (E2 82) byte by byte, as C does.
+    assert llmt.decode_bytes([0xED, 0xA0, 0x80, 0xE2, 0x82, 0x41]) == \
+        "\\xed\\xa0\\x80\\xe2\\x82A"
+
+
+def test_default_cache_is_what_the_call_needs(ctx):
+    """generate() sizes the cache for the prompt and the new tokens: with 1
+    MiB left in the budget, which a whole 4096-position context exceeds (1
+    MiB of cache and 3 MiB of attention scratch at 2 threads), it runs; with
+    max_context=0, the model's whole context, the budget refuses it."""
+    assert ctx.num_threads == THREADS == 2
+    m = llmt.Model(ctx, **dict(TINY, max_seq_len=4096))
+    ctx.set_budget(ctx.memory_stats()["total"]["current"] + (1 << 20))
+    greedy = llmt.generate(m, [104, 105], 5, temperature=0)
+    assert greedy.size == 5
+    with pytest.raises(llmt.OutOfMemory, match="budget"):
+        llmt.generate(m, [104, 105], 5, temperature=0, max_context=0)
 
 
 class _Encoding:
@@ -95,6 +114,11 @@ def test_errors(model):
         g.generate([1, 257], 1)
     with pytest.raises(ValueError, match="1-D"):
         g.feed([[1, 2]])
+    with pytest.raises(ValueError, match="tokens is empty"):
+        g.feed([])
+    for empty in ([], ""):
+        with pytest.raises(ValueError, match="prompt is empty"):
+            llmt.generate(model, empty, 3)
     model.close()
     assert g.closed
 

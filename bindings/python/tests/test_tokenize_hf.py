@@ -6,6 +6,7 @@ the output does not depend on the worker count; uint32 shards for ids over
 special tokens; refusals (vocab size, files, options) that name what is
 wrong and write nothing. Skipped where tokenizers is not installed, except
 under LLMT_REQUIRE_TOKENIZERS=1 (tools/test.sh, so CI runs it)."""
+import concurrent.futures
 import json
 import math
 import os
@@ -226,3 +227,56 @@ def test_refusals(tmp_path, capsys, case):
     for needle in want[1]:
         assert needle in stderr
     assert not out.exists() or not os.listdir(out)  # nothing written
+
+
+class _CountingPool(concurrent.futures.Executor):
+    """A stand-in for ProcessPoolExecutor that encodes in this process when a
+    future's result is asked for, and counts the futures submitted."""
+
+    def __init__(self, workers, mp_context, initializer, initargs):
+        initializer(*initargs)
+        self.submitted = 0
+        _CountingPool.last = self
+
+    def submit(self, fn, arg):
+        self.submitted += 1
+        future = concurrent.futures.Future()
+        future.result = lambda timeout=None: fn(arg)
+        return future
+
+    def shutdown(self, cancel_futures=False):
+        pass
+
+
+def test_workers_hold_a_bounded_queue(tmp_path, monkeypatch):
+    """Files in flight (submitted, not yet yielded) stay at most 2 x workers
+    (the next file is submitted before the caller's turn), in order."""
+    _bpe(tmp_path / "tok")
+    path = str(tmp_path / "tok" / "tokenizer.json")
+    files = []
+    for i in range(20):
+        files.append(tmp_path / f"doc{i:02d}.txt")
+        files[-1].write_text(f"document {i} the quick fox", encoding="utf-8")
+    monkeypatch.setattr(tokenize, "ProcessPoolExecutor", _CountingPool)
+    tok = tokenize.load_tokenizer(path)
+    want = [tokenize.encode_document(tok, f, 0, "<u2")[0].tolist() for f in files]
+    got = []
+    for tokens, _ in tokenize.encoded(files, tok, path, 0, "<u2", 3):
+        got.append(tokens.tolist())
+        assert _CountingPool.last.submitted - len(got) <= 2 * 3, \
+            f"{_CountingPool.last.submitted} submitted after {len(got)} yielded"
+    assert got == want and _CountingPool.last.submitted == 20
+
+
+def test_stale_shard_warning_on_stderr(tmp_path, capsys):
+    """A shard of an earlier, longer run numbered after the last one written
+    is named in a warning on stderr (docs/data.md), not on stdout."""
+    _bpe(tmp_path / "tok")
+    corpus = _corpus(tmp_path / "corpus")
+    argv = ["--tokenizer", tmp_path / "tok", corpus, "--out", tmp_path / "out"]
+    status, _, stderr = _run(capsys, *argv, "--shard-tokens", 20)
+    assert status == 0, stderr
+    status, stdout, stderr = _run(capsys, *argv, "--shard-tokens", 100000)
+    assert status == 0, stderr
+    stale = f"{tmp_path / 'out' / 'data'}_train_000001.bin is left from an earlier run"
+    assert f"warning: {stale}" in stderr and "earlier run" not in stdout

@@ -17,12 +17,15 @@
 /* Per-thread scratch floats for a cache of t rows: a [KV_QB, t] probability
  * block and, for 16-bit dtypes (F32 is read and written in place), fp32
  * copies of the head's K and V [t, hd] and of a block's Q and O (at most
- * min(KV_QB, m) <= t rows each). This is at most what
- * llmt_cpu_attention_scratch gives each thread for seq >= t (2 * 64 * seq +
- * 8 * seq * hd), so scratch_bytes() serves both. */
+ * min(KV_QB, m) <= t rows each). */
 static size_t per_thread_floats(int64_t t, int64_t hd)
 {
     return (size_t)(KV_QB * t + 4 * t * hd);
+}
+
+size_t llmt_cpu_attention_kv_scratch(const llmt_attn_dims *a, int num_threads)
+{
+    return per_thread_floats(a->seq, a->head_dim) * sizeof(float) * (size_t)num_threads;
 }
 
 /* A [rows, hd] fp32 matrix view with row stride ld. */

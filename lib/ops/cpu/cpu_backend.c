@@ -47,6 +47,7 @@ static const llmt_backend_ops cpu_ops = {
     .grad_stats = llmt_cpu_grad_stats,
     .adamw = llmt_cpu_adamw,
     .attention_kv_fwd = llmt_cpu_attention_kv_fwd,
+    .attention_kv_scratch_bytes = llmt_cpu_attention_kv_scratch,
 };
 
 int llmt_cpu_backend_create(int num_threads, llmt_device **out)

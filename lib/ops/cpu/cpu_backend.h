@@ -79,6 +79,7 @@ size_t llmt_cpu_attention_scratch(const llmt_op_dims *dims);
 size_t llmt_cpu_attention_saved_bytes(const llmt_attn_dims *a);
 int llmt_cpu_attention_kv_fwd(llmt_device *dev, void *out, const void *q, const void *kv,
                               int64_t m, const llmt_attn_dims *a, int dt, void *scratch);
+size_t llmt_cpu_attention_kv_scratch(const llmt_attn_dims *a, int num_threads);
 
 int llmt_cpu_swiglu_fwd(llmt_device *dev, void *out, const void *gate_up, int64_t m, int64_t f,
                         int dt);
