@@ -3,13 +3,15 @@
  *
  *   llmt-plan --preset llama-7b [--seq 2048] [--micro-batch 1]
  *   llmt-plan --config run.yaml [--budget 24GiB] [--precision bf16_mixed]
+ *   llmt-plan --preset llama-13b --world 8 [--rank 3]
  *   llmt-plan --help | --version
  *
  * The plan is for a backend (--backend cpu by default), whose ops keep
  * different attention state and scratch; it is arithmetic, so no context is
  * made and no device is opened (a CUDA plan needs the CUDA plugin, not a
- * GPU). Exit status: 0, 1 when planning fails or nothing fits --budget,
- * 2 for a usage error. */
+ * GPU). With --world N the bytes are one rank's of a data-parallel run with
+ * the ZeRO-1 sharded optimizer (the largest rank, or --rank). Exit status:
+ * 0, 1 when planning fails or nothing fits --budget, 2 for a usage error. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -49,7 +51,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: " PROG " (--preset NAME | --config FILE) [--seq N] [--micro-batch N]\n"
             "                 [--threads N] [--backend cpu|cuda] [--precision NAME]\n"
-            "                 [--budget BYTES]\n"
+            "                 [--budget BYTES] [--world N [--rank R]]\n"
             "       " PROG " --help | --version\n"
             "Prints the bytes a training step needs per memory category, for every\n"
             "precision and recompute policy, without allocating anything or opening a\n"
@@ -66,6 +68,10 @@ static void usage(FILE *f)
             "                     (halving from --micro-batch) with the lightest recompute,\n"
             "                     for the most exact precision that fits (fp32, bf16_mixed,\n"
             "                     fp16_mixed, bf16_pure), unless --precision pins it\n"
+            "  --world N          plan one rank of N (1..65536) in a data-parallel run with\n"
+            "                     the ZeRO-1 sharded optimizer: bytes and --budget per rank,\n"
+            "                     for the rank with the largest peak\n"
+            "  --rank R           with --world: plan rank R (0..N-1) instead\n"
             "Exit status: 0; 1 when planning fails or nothing fits the budget; 2 for a\n"
             "usage error.\n");
 }
@@ -138,20 +144,38 @@ static int print_table(int32_t backend, int32_t threads, llmt_plan_config pc, in
     return 0;
 }
 
+/* Prints which rank of how many the plans are for, and the range of the
+ * parameters whose optimizer state it holds; returns 0 or 1 after printing
+ * the library's error. */
+static int print_world(int32_t backend, int32_t threads, const llmt_plan_config *pc)
+{
+    llmt_plan p = LLMT_PLAN_INIT;
+    if (llmt_plan_compute_backend(backend, threads, pc, &p)) {
+        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+        return 1;
+    }
+    printf("per rank, %d ranks (ZeRO-1): rank %d%s holds AdamW state for parameters [%lld, "
+           "%lld) (%lld)\n", pc->world_size, p.rank, pc->rank < 0 ? ", the largest," : "",
+           (long long)p.shard_first, (long long)p.shard_end,
+           (long long)(p.shard_end - p.shard_first));
+    return 0;
+}
+
 /* Fits the budget for each precision of [first, last] in turn, printing a
  * line for each, until one fits; returns 0 when one does, 1 when none does
  * or planning fails. */
 static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint64_t budget,
                      int first, int last)
 {
+    const char *per = pc.world_size ? " per rank" : "";
     pc.recompute = LLMT_RECOMPUTE_NONE;
     for (int prec = first; prec <= last; prec++) {
         pc.model.precision = prec;
         int32_t b = 0, r = 0;
         int rc = llmt_plan_fit_backend(backend, threads, &pc, budget, &b, &r);
         if (rc == LLMT_OK) {
-            printf("budget %.2f GiB: %s, micro-batch %d with recompute %s fits\n", gib(budget),
-                   precision_names[prec], b, llmt_recompute_policy_name(r));
+            printf("budget %.2f GiB%s: %s, micro-batch %d with recompute %s fits\n", gib(budget),
+                   per, precision_names[prec], b, llmt_recompute_policy_name(r));
             return 0;
         }
         /* Nothing fits: the smallest plan, micro-batch 1 with full recompute. */
@@ -163,10 +187,10 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
             fprintf(stderr, PROG ": %s\n", llmt_error_last());
             return 1;
         }
-        printf("budget %.2f GiB: %s does not fit: micro-batch 1 with full recompute needs "
-               "%.2f GiB\n", gib(budget), precision_names[prec], gib(p.peak));
+        printf("budget %.2f GiB%s: %s does not fit: micro-batch 1 with full recompute needs "
+               "%.2f GiB\n", gib(budget), per, precision_names[prec], gib(p.peak));
     }
-    printf("budget %.2f GiB: nothing fits\n", gib(budget));
+    printf("budget %.2f GiB%s: nothing fits\n", gib(budget), per);
     return 1;
 }
 
@@ -174,7 +198,7 @@ int main(int argc, char **argv)
 {
     const char *preset_name = NULL, *config_path = NULL, *backend_name = "cpu";
     const char *precision_name = NULL, *budget_text = NULL;
-    int64_t seq = 2048, micro = 1, threads = 1;
+    int64_t seq = 2048, micro = 1, threads = 1, world = 0, rank = -1;
     cli_option opts[] = {
         CLI_OPT_STRING("--preset", &preset_name),
         CLI_OPT_STRING("--config", &config_path),
@@ -184,6 +208,8 @@ int main(int argc, char **argv)
         CLI_OPT_STRING("--backend", &backend_name),
         CLI_OPT_STRING("--precision", &precision_name),
         CLI_OPT_STRING("--budget", &budget_text),
+        CLI_OPT_INT64("--world", &world, 1, LLMT_PLAN_MAX_WORLD),
+        CLI_OPT_INT64("--rank", &rank, 0, LLMT_PLAN_MAX_WORLD - 1),
     };
     static const char *const exclusive[][2] = {{"--preset", "--config"}};
     cli_spec spec = {PROG, usage, opts, sizeof opts / sizeof *opts, exclusive, 1, 0};
@@ -212,6 +238,16 @@ int main(int argc, char **argv)
     uint64_t budget = 0;
     if (budget_text && parse_budget(budget_text, &budget))
         return 2;
+    if (rank >= 0 && (world == 0 || rank >= world)) {
+        char value[24], why[64];
+        snprintf(value, sizeof value, "%lld", (long long)rank);
+        if (world)
+            snprintf(why, sizeof why, "not a rank of --world %lld (0..%lld)", (long long)world,
+                     (long long)world - 1);
+        else
+            snprintf(why, sizeof why, "needs --world N");
+        return bad_value("--rank", value, why);
+    }
 
     llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
     if (config_path) {
@@ -231,6 +267,10 @@ int main(int argc, char **argv)
         }
         seq = cli_given(&spec, "--seq") ? seq : cfg.seq_len;
         micro = cli_given(&spec, "--micro-batch") ? micro : cfg.micro_batch;
+        /* The configuration's global batch and accumulation (an ordered
+         * slicer's gradient sum, counted without --world). */
+        pc.batch_size = cfg.batch_size > micro ? cfg.batch_size : (int32_t)micro;
+        pc.ordered_accumulation = cfg.accumulation == LLMT_ACCUMULATE_ORDERED;
     } else {
         const char *names[NUM_PRESETS];
         for (size_t i = 0; i < NUM_PRESETS; i++)
@@ -248,12 +288,16 @@ int main(int argc, char **argv)
     }
     pc.micro_batch = (int32_t)micro;
     pc.seq_len = (int32_t)seq;
+    pc.world_size = (int32_t)world;
+    pc.rank = (int32_t)rank;
 
     const llmt_model_config *m = &pc.model;
     printf("model: vocab %d, hidden %d, layers %d, heads %d/%d kv, ffn %d; micro-batch %d x seq "
            "%d; %s backend, %d thread(s); AdamW state included\n",
            m->vocab_size, m->hidden_size, m->num_layers, m->num_heads, m->num_kv_heads,
            m->ffn_size, pc.micro_batch, pc.seq_len, backend_name, (int)threads);
+    if (world && print_world(backend, (int32_t)threads, &pc))
+        return 1;
     if (print_table(backend, (int32_t)threads, pc, first, last))
         return 1;
     return budget ? print_fit(backend, (int32_t)threads, pc, budget, first, last) : 0;

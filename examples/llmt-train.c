@@ -18,7 +18,13 @@
  * The fast tier goes to /dev/shm (memory) unless the configuration names a
  * directory; that default one is removed when the run ends with its durable
  * checkpoint, so finished runs do not hold memory. Exit status: 0 done,
- * 1 failed, 2 bad usage, 130/143 interrupted (docs/trainer.md). */
+ * 1 failed, 2 bad usage, 130/143 interrupted (docs/trainer.md).
+ *
+ * Under mpirun/mpiexec or srun (or a torchrun-style environment that an MPI
+ * launch backs), each process is one rank of a data-parallel run
+ * (train_cli/launch.c, docs/distributed.md): rank 0 alone prints progress,
+ * locks and writes DIR; each rank's errors reach stderr as "rank N: ..."; the
+ * ranks agree on a stop signal and stop after the same step. */
 #define _DEFAULT_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -73,6 +79,14 @@ static const char default_config[] =
 /* The signal that asked to stop (SIGINT or SIGTERM), 0 while none has. */
 static volatile sig_atomic_t stop_signal;
 
+/* This process's place in the run (a single process unless launched). */
+static launch L;
+
+/* The stop as the ranks agreed it last (agree_stop): what every decision
+ * after a point of agreement reads, so all ranks act alike even when the
+ * signal reached only some, or arrived just after the agreement. */
+static int stop_agreed;
+
 static void on_stop_signal(int sig)
 {
     stop_signal = sig;
@@ -94,11 +108,20 @@ static void catch_stop_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* Agrees across the ranks on whether to stop: the largest signal any rank
+ * caught (0 none; -1 when the ranks could not be reached, which stops too).
+ * Every rank calls it at the same points. */
+static int agree_stop(void)
+{
+    stop_agreed = launch_max(&L, stop_signal);
+    return stop_agreed;
+}
+
 /* The exit status of a run stopped by a signal: 128 + its number, as a
  * shell reports a process the signal killed (130 SIGINT, 143 SIGTERM). */
 static int stopped_status(void)
 {
-    return 128 + stop_signal;
+    return stop_agreed > 0 ? 128 + stop_agreed : 1;
 }
 
 static void usage(FILE *f)
@@ -124,6 +147,17 @@ static int die(const char *what)
 {
     fprintf(stderr, PROG ": %s: %s\n", what, llmt_error_last());
     return 1;
+}
+
+/* Agrees across the ranks on whether a step failed (failed: on this rank);
+ * a rank that did not fail itself says which step failed elsewhere. 1 when
+ * any rank failed, else 0. */
+static int any_failed(int failed, const char *what)
+{
+    int any = launch_max(&L, failed != 0) != 0;
+    if (any && !failed)
+        fprintf(stderr, PROG ": %s failed on another rank (that rank's message says why)\n", what);
+    return any;
 }
 
 /* Sets a path field to DIR/suffix when the configuration left it empty. */
@@ -156,7 +190,7 @@ static int on_step(void *user, const llmt_step_report *r)
         printf("\n");
         fflush(stdout);
     }
-    return stop_signal != 0;
+    return agree_stop() != 0;
 }
 
 static void on_log(void *user, const char *line)
@@ -202,6 +236,7 @@ static int parse_command_line(int argc, char **argv, options *o, llmt_train_conf
             return 2;
         }
     llmt_train_config_init(cfg);
+    cfg->device = -1; /* unset, unless the file or an override sets it (pick_device) */
     int rc = o->config ? llmt_train_config_load_yaml(cfg, o->config)
                        : llmt_train_config_parse_yaml(cfg, default_config,
                                                       sizeof default_config - 1, "default config");
@@ -224,6 +259,18 @@ static int parse_command_line(int argc, char **argv, options *o, llmt_train_conf
     if (o->steps >= 0)
         cfg->steps = o->steps;
     return GO_ON;
+}
+
+/* The device this rank's context opens: train.device when the
+ * configuration sets it, else on CUDA the node-local rank (one device per
+ * process). cfg->device itself goes back to its default then, so that the
+ * configuration every rank hands the library is the same. */
+static int pick_device(llmt_train_config *cfg)
+{
+    if (cfg->device >= 0)
+        return cfg->device;
+    cfg->device = 0;
+    return cfg->backend == LLMT_BACKEND_CUDA && L.local_rank > 0 ? L.local_rank : 0;
 }
 
 /* The default corpus (no data.train) is byte-level: a vocabulary without
@@ -321,14 +368,15 @@ static int train(llmt_trainer *tr, const llmt_train_config *cfg, double *final_l
     llmt_trainer_set_callback(tr, on_step, &p);
     if (llmt_trainer_run(tr, cfg->steps))
         return die("training");
+    agree_stop(); /* a signal after the last step's agreement counts on every rank or none */
     if (llmt_trainer_step_index(tr) > 0) {
         if (llmt_trainer_save(tr, LLMT_CKPT_DURABLE))
             return die("final checkpoint");
-        if (stop_signal)
+        if (stop_agreed)
             printf("interrupted at step %lld: checkpoint saved; run again to continue\n",
                    (long long)llmt_trainer_step_index(tr));
     }
-    if (stop_signal)
+    if (stop_agreed)
         return 0;
     if (llmt_trainer_evaluate(tr, final_loss) == LLMT_OK)
         printf("final held-out loss %.4f nats\n", *final_loss);
@@ -341,19 +389,38 @@ static int train(llmt_trainer *tr, const llmt_train_config *cfg, double *final_l
     return 0;
 }
 
-int main(int argc, char **argv)
+/* Rank 0 creates and locks the run directory and prepares the default
+ * corpus; then the other ranks fill the same paths, which name what rank 0
+ * made (DIR on a filesystem every rank sees). 0 or -1 (reported). */
+static int prepare_run_dir(const options *o, llmt_train_config *cfg, int *default_fast_dir)
 {
-    catch_stop_signals();
+    *default_fast_dir = 0;
+    int bad = check_default_corpus_vocab(cfg) != 0;
+    if (!bad && L.rank == 0)
+        bad = make_dirs(o->out) || lock_run_dir(o->out) < 0 ||
+              fill_paths(cfg, o->out, default_fast_dir);
+    if (any_failed(bad, "preparing the run directory"))
+        return -1;
+    if (L.rank != 0)
+        bad = fill_paths(cfg, o->out, default_fast_dir) != 0;
+    return any_failed(bad, "preparing the run directory") ? -1 : 0;
+}
+
+/* The run, once the launch is known; returns the exit status. */
+static int run(int argc, char **argv)
+{
     options o;
     llmt_train_config cfg;
     int rc = parse_command_line(argc, argv, &o, &cfg);
-    if (rc != GO_ON)
+    if (any_failed(rc != GO_ON && rc != 0, "reading the command line and configuration"))
+        return rc == GO_ON ? 1 : rc;
+    if (rc != GO_ON) /* --help, --version */
         return rc;
+    int device = pick_device(&cfg);
     int default_fast_dir = 0;
-    if (check_default_corpus_vocab(&cfg) || make_dirs(o.out) || lock_run_dir(o.out) < 0 ||
-        fill_paths(&cfg, o.out, &default_fast_dir))
-        return stop_signal ? stopped_status() : 1;
-    if (stop_signal) {
+    if (prepare_run_dir(&o, &cfg, &default_fast_dir))
+        return agree_stop() ? stopped_status() : 1;
+    if (agree_stop()) {
         printf("interrupted before training started: nothing trained\n");
         return stopped_status();
     }
@@ -362,16 +429,17 @@ int main(int argc, char **argv)
     cc.num_threads = cfg.threads;
     cc.seed = cfg.seed;
     cc.backend = cfg.backend;
-    cc.device = cfg.device;
+    cc.device = device;
     llmt_context *ctx = NULL;
     llmt_trainer *tr = NULL;
-    if (llmt_context_create(&ctx, &cc))
-        return die("context");
-    if (check_existing(ctx, &o, &cfg)) {
+    rc = llmt_context_create(&ctx, &cc);
+    if (any_failed(rc != LLMT_OK, "creating the context"))
+        return rc ? die("context") : 1;
+    if (any_failed(L.rank == 0 && check_existing(ctx, &o, &cfg), "checking the checkpoints")) {
         llmt_context_free(ctx);
         return 1;
     }
-    if (llmt_trainer_create_from_config(&tr, ctx, &cfg)) {
+    if (llmt_trainer_create_from_config_dist(&tr, ctx, &cfg, L.comm)) { /* agreed by the ranks */
         llmt_context_free(ctx);
         return die("setup");
     }
@@ -380,13 +448,16 @@ int main(int argc, char **argv)
     double final_loss = NAN;
     int trained = 0; /* the run ended with its final checkpoint */
     rc = resume_as_asked(tr, &o, &cfg, &from);
-    if (!rc && stop_signal) {
+    if (!rc && agree_stop()) {
         printf("interrupted before training started: nothing trained\n");
     } else if (!rc) {
         double h = unigram_entropy(cfg.val_data);
-        printf("%s: %lld parameters, %s; %s at step %lld of %lld; byte unigram entropy of the "
+        char ranks[32] = "";
+        if (L.world > 1)
+            snprintf(ranks, sizeof ranks, ", %d ranks", L.world);
+        printf("%s: %lld parameters, %s%s; %s at step %lld of %lld; byte unigram entropy of the "
                "held-out text %.3f nats\n", PROG, (long long)llmt_model_num_params(llmt_trainer_model(tr)),
-               o.config ? o.config : "default config", from >= 0 ? "resuming" : "starting",
+               o.config ? o.config : "default config", ranks, from >= 0 ? "resuming" : "starting",
                (long long)llmt_trainer_step_index(tr), (long long)cfg.steps, h);
         if (cfg.fast_checkpoint_every)
             printf("fast tier: %s, every %lld steps\n", cfg.fast_checkpoint_dir,
@@ -398,9 +469,20 @@ int main(int argc, char **argv)
     long long last_step = (long long)llmt_trainer_step_index(tr);
     llmt_trainer_free(tr); /* waits for a fast save in flight; closes the metrics file */
     llmt_context_free(ctx);
-    if (!rc && !isnan(final_loss) && cfg.metrics[0])
+    if (!rc && !isnan(final_loss) && cfg.metrics[0] && L.rank == 0)
         rc = append_final_eval(cfg.metrics, last_step, final_loss) ? 1 : 0;
-    if (trained && default_fast_dir) /* nothing there is newer than the final checkpoint */
+    if (trained && default_fast_dir && L.rank == 0) /* nothing there is newer than the final checkpoint */
         remove_tree(cfg.fast_checkpoint_dir);
-    return rc ? 1 : stop_signal ? stopped_status() : 0;
+    return rc ? 1 : stop_agreed ? stopped_status() : 0;
+}
+
+int main(int argc, char **argv)
+{
+    catch_stop_signals();
+    int rc = launch_detect(&L);
+    if (!rc)
+        rc = launch_start(&L, &argc, &argv);
+    if (!rc)
+        rc = run(argc, argv);
+    return launch_end(&L, rc);
 }

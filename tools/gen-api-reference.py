@@ -186,8 +186,9 @@ def parse_header(path):
 def header_order():
     """Header file names: the umbrella header's include order, then any
     other header alphabetically (a new header shows up even before it is
-    added to llmt.h)."""
-    names = sorted(n for n in os.listdir(INCLUDE) if n.endswith(".h"))
+    added to llmt.h). comm_mpi.h is left out: its functions are static
+    inline code compiled in the host program (docs/distributed.md)."""
+    names = sorted(n for n in os.listdir(INCLUDE) if n.endswith(".h") and n != "comm_mpi.h")
     with open(os.path.join(INCLUDE, "llmt.h"), encoding="utf-8") as f:
         included = re.findall(r'^#include "llmt/([a-z0-9_]+\.h)"', f.read(), re.M)
     ordered = [n for n in included if n in names]

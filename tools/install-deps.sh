@@ -11,6 +11,7 @@ packages=(
     libopenblas-dev libdnnl-dev libyaml-dev libxxhash-dev libcmocka-dev
     clang libclang-rt-14-dev
     python3-numpy python3-pytest python3-matplotlib python3-pip python3-venv
+    openmpi-bin libopenmpi-dev python3-mpi4py
 )
 
 # Python packages Debian 12 does not ship, for /usr/bin/python3 (the one the

@@ -69,4 +69,49 @@ int sample_text(llmt_trainer *tr, const char *prompt, int n, char *out, size_t c
  * and a backslash as \\, so a sample cannot drive the terminal. */
 void print_escaped(FILE *f, const char *s);
 
+/* ---- launch.c */
+
+/* How this process was started: alone, or as one rank of a multi-process
+ * launch (mpirun/mpiexec, srun, a torchrun-style environment). */
+typedef struct launch {
+    int world;       /* ranks in the run; 1 for a single process */
+    int rank;        /* this process, in [0, world) */
+    int local_rank;  /* among the ranks on this node; -1 while unknown */
+    const char *how; /* the launch, for messages ("Open MPI OMPI_COMM_WORLD_SIZE=2, ...") */
+    char vars[160];  /* what how points to, when launched */
+    llmt_comm *comm; /* the library's communicator; NULL for a single process */
+    void *adapter;   /* the llmt_comm_mpi that comm lives in, when MPI runs */
+    int mpi_started; /* MPI_Init was called: launch_end finalizes */
+} launch;
+
+/* Reads the launch from the environment: Open MPI's OMPI_COMM_WORLD_*,
+ * MPICH's PMI_*, Slurm's SLURM_*, or WORLD_SIZE/RANK/LOCAL_RANK, the first
+ * whose size variable is set. Starts nothing. 0, or 2 with a message on
+ * stderr naming a variable that is not a whole number in range. */
+int launch_detect(launch *l);
+
+/* For a launch of more than one rank: initialises MPI, checks that its
+ * size and rank are the environment's (a torchrun-style environment without
+ * an MPI launch is refused, saying how to launch), fills l->comm through
+ * llmt/comm_mpi.h and l->local_rank, tags every later stderr line with
+ * "rank N: " and sends stdout of ranks other than 0 to /dev/null. A single
+ * process: nothing. 0; 2 for a launch that cannot work (no MPI in this
+ * build, or MPI and the environment disagree); 1 when MPI fails; each with
+ * a message on stderr. Call launch_end afterwards whatever it returned. */
+int launch_start(launch *l, int *argc, char ***argv);
+
+/* The largest of value over all ranks (value itself for a single process):
+ * how the ranks agree that one of them asked to stop. When the ranks
+ * cannot reach each other, value, or -1 when it is 0 (with a message). */
+int launch_max(const launch *l, int value);
+
+/* Ends the launch with this process's exit status, which it returns:
+ * releases the communicator and finalizes MPI if launch_start started it.
+ * The ranks first agree on their statuses; a rank that failed waits for
+ * the others at most LAUNCH_END_WAIT_S seconds (a rank that failed alone
+ * leaves the others blocked in a collective) and then aborts the job
+ * (MPI_Abort), so no rank hangs. */
+#define LAUNCH_END_WAIT_S 30
+int launch_end(launch *l, int status);
+
 #endif

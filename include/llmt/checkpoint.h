@@ -6,8 +6,9 @@
  * on-disk format is specified in docs/checkpoint-format.md.
  *
  * A checkpoint is a directory step-NNNNNNNN holding model.safetensors,
- * optimizer.safetensors, user.bin (when a blob is given) and MANIFEST, which
- * lists every file's size and XXH3-64. It is written under a temporary name
+ * optimizer.safetensors (or, saved by a data-parallel run, one
+ * optimizer-RRRRR-of-NNNNN.safetensors per rank: format 2), user.bin (when
+ * a blob is given) and MANIFEST, which lists every file's size and XXH3-64. It is written under a temporary name
  * and renamed into place after every file and the directory are synced, so a
  * crash at any instant leaves either the previous set of checkpoints or the
  * new one, never a half-written one under a checkpoint's name.
@@ -203,6 +204,18 @@ LLMT_API int llmt_ckpt_load(llmt_ckpt_store *store, int64_t step, int32_t tier,
  * bytes (cap 0 asks for the size needed, NUL included). */
 LLMT_API int llmt_ckpt_path(const llmt_ckpt_store *store, int64_t step, int32_t tier, char *out,
                             size_t cap, size_t *needed);
+
+/* Rewrites checkpoint step of tier, a sharded one (format_version 2, saved
+ * by a data-parallel run), in the single-file layout (format_version 1) as
+ * out_dir/step-N: byte for byte what one process saving the same state
+ * writes. The checkpoint is verified whole first; out_dir is created when
+ * missing and step-N appears there complete (written under a temporary
+ * name, fsynced, renamed) or not at all. Needs host memory for the weights
+ * and the whole optimizer state. Errors: LLMT_EINVAL (NULL or empty
+ * arguments, no such tier, a checkpoint that is not sharded, out_dir/step-N
+ * already there, naming it), LLMT_ECORRUPT naming the damaged file,
+ * LLMT_ENOTFOUND, LLMT_EIO naming the path, LLMT_ENOMEM. */
+LLMT_API int llmt_ckpt_consolidate(llmt_ckpt_store *store, int64_t step, int32_t tier, const char *out_dir);
 
 #ifdef __cplusplus
 }

@@ -35,7 +35,8 @@ enum {
     LLMT_ECUDA = -7,        /* the CUDA runtime or a CUDA library reported an error */
     LLMT_ESTATE = -8,       /* the object is not in a state that allows the call */
     LLMT_ENOTFOUND = -9,    /* the requested item does not exist */
-    LLMT_EBUSY = -10        /* another process (or handle) holds the item's lock */
+    LLMT_EBUSY = -10,       /* another process (or handle) holds the item's lock */
+    LLMT_ECOMM = -11        /* a collective failed, or the ranks of a run disagree */
 };
 
 /* Static text describing a status code ("invalid argument"); never NULL. */

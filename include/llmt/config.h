@@ -20,7 +20,7 @@ extern "C" {
 /* Room for a path or glob in the configuration, terminating NUL included. */
 #define LLMT_CONFIG_PATH_MAX 1024
 
-#define LLMT_TRAIN_CONFIG_VERSION 1
+#define LLMT_TRAIN_CONFIG_VERSION 2
 
 typedef struct llmt_train_config {
     uint32_t version; /* LLMT_TRAIN_CONFIG_VERSION */
@@ -64,6 +64,9 @@ typedef struct llmt_train_config {
     uint64_t memory_budget;  /* bytes; 0 none */
     double memory_threshold; /* fraction of capacity where the controller acts */
     int32_t adaptive;        /* 1: adapt recompute and micro-batch to memory */
+    /* version 2 */
+    int32_t dist_reduce;     /* dist.reduce: llmt_reduce_mode of a data-parallel run */
+    int32_t accumulation;    /* batch.accumulation: llmt_accumulation of one process */
 } llmt_train_config;
 
 /* Fills cfg with the defaults (docs/config.md). */

@@ -18,6 +18,7 @@
 
 #include "llmt/version.h"
 #include "llmt/common.h"
+#include "llmt/comm.h"
 #include "llmt/context.h"
 #include "llmt/model.h"
 #include "llmt/generate.h"

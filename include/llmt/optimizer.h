@@ -18,6 +18,7 @@
 #ifndef LLMT_OPTIMIZER_H
 #define LLMT_OPTIMIZER_H
 
+#include "llmt/comm.h"
 #include "llmt/common.h"
 #include "llmt/loss_scaler.h"
 #include "llmt/model.h"
@@ -64,6 +65,39 @@ LLMT_API void llmt_optimizer_config_init(llmt_optimizer_config *cfg);
  * the field, LLMT_EVERSION, LLMT_ENOMEM. */
 LLMT_API int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model,
                                    const llmt_optimizer_config *cfg);
+
+/* How a sharded optimizer sums the ranks' gradients. */
+typedef enum llmt_reduce_mode {
+    /* Each micro-batch's gradient travels to its owner, which adds the
+     * contributions in global micro-batch order: any world size gives
+     * bitwise the result of one process with the same global batch and
+     * micro-batch (and a slicer in LLMT_ACCUMULATE_ORDERED). Sends one
+     * gradient per micro-batch round. */
+    LLMT_REDUCE_DETERMINISTIC = 0,
+    /* Each rank sums its own micro-batches in place, then one exchange:
+     * the fewest bytes; equal across world sizes within rounding only. */
+    LLMT_REDUCE_FAST = 1
+} llmt_reduce_mode;
+
+/* Creates a ZeRO-1 AdamW for data-parallel training over comm: this rank
+ * owns the range llmt_optimizer_shard reports (ranges of 4096-element
+ * granules, as even as they go) and allocates moments and master weights
+ * for it only, plus the owner's gradient sum (GRADIENTS) and an exchange
+ * buffer (WORKSPACE). A trainer with this optimizer runs each step's
+ * micro-batches across the ranks, reduces the gradients to their owners
+ * with reduce_mode (llmt_reduce_mode), updates the owned range and
+ * all-gathers the weights. Collective: every rank calls it; the ranks'
+ * model configurations, precision and weights must agree (LLMT_ECOMM naming
+ * what differs). comm must outlive the optimizer. Errors as
+ * llmt_optimizer_create, and LLMT_EUNSUPPORTED when the backend cannot
+ * exchange host memory. */
+LLMT_API int llmt_optimizer_create_sharded(llmt_optimizer **out, llmt_model *model,
+                                           const llmt_optimizer_config *cfg, llmt_comm *comm,
+                                           int32_t reduce_mode);
+
+/* The range [*first, *end) of the flat parameter buffer whose optimizer
+ * state this rank holds: all of it when the optimizer is not sharded. */
+LLMT_API int llmt_optimizer_shard(const llmt_optimizer *opt, int64_t *first, int64_t *end);
 
 /* Releases an optimizer; NULL is accepted. */
 LLMT_API void llmt_optimizer_free(llmt_optimizer *opt);
@@ -131,12 +165,15 @@ typedef enum llmt_opt_state {
 LLMT_API int32_t llmt_optimizer_state_dtype(const llmt_optimizer *opt, int kind);
 
 /* Copies the state of kind for the parameter named name out as fp32, into a
- * buffer of exactly its numel. Exact: every stored dtype widens to fp32. */
+ * buffer of exactly its numel. Exact: every stored dtype widens to fp32.
+ * Collective for a sharded optimizer (every rank calls it with the same
+ * kind and name and receives the whole tensor). */
 LLMT_API int llmt_optimizer_get_state(const llmt_optimizer *opt, int kind, const char *name,
                                       float *out, size_t count);
 
 /* Copies state in from fp32 (rounded to nearest even for bf16 moments, so a
- * value read by _get_state is restored exactly). */
+ * value read by _get_state is restored exactly). A sharded optimizer takes
+ * the part of the whole tensor that it owns (not collective). */
 LLMT_API int llmt_optimizer_set_state(llmt_optimizer *opt, int kind, const char *name,
                                       const float *in, size_t count);
 

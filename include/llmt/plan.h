@@ -13,7 +13,13 @@
 extern "C" {
 #endif
 
-#define LLMT_PLAN_CONFIG_VERSION 1
+/* Version 2 appended the data-parallel fields (world_size ... ordered_accumulation);
+ * version 1 structs, which end before them, are still accepted (only their
+ * bytes are read) and plan a single process. */
+#define LLMT_PLAN_CONFIG_VERSION 2
+
+/* The most ranks a plan takes (llmt-plan --world's bound). */
+#define LLMT_PLAN_MAX_WORLD 65536
 
 typedef struct llmt_plan_config {
     uint32_t version;          /* LLMT_PLAN_CONFIG_VERSION */
@@ -23,26 +29,45 @@ typedef struct llmt_plan_config {
     int32_t micro_batch;       /* sequences per forward/backward */
     int32_t seq_len;           /* tokens per sequence */
     int32_t with_optimizer;    /* 1: include AdamW's state (default 1) */
+    /* version 2: */
+    int32_t world_size;        /* 0: no communicator (default); N in 1..LLMT_PLAN_MAX_WORLD:
+                                  one rank of N with llmt_optimizer_create_sharded (ZeRO-1;
+                                  needs with_optimizer = 1) */
+    int32_t rank;              /* -1: the rank with the largest peak (default); else 0..N-1 */
+    int32_t batch_size;        /* the global batch, >= micro_batch; 0: micro_batch (default) */
+    int32_t ordered_accumulation; /* 1: a slicer in LLMT_ACCUMULATE_ORDERED (one more
+                                     gradient buffer when batch_size > micro_batch); counted
+                                     only with world_size 0 */
 } llmt_plan_config;
 
-#define LLMT_PLAN_CONFIG_INIT {LLMT_PLAN_CONFIG_VERSION, LLMT_MODEL_CONFIG_INIT, 0, 0, 1, 256, 1}
+#define LLMT_PLAN_CONFIG_INIT \
+    {LLMT_PLAN_CONFIG_VERSION, LLMT_MODEL_CONFIG_INIT, 0, 0, 1, 256, 1, 0, -1, 0, 0}
 
 /* Fills cfg with the defaults of LLMT_PLAN_CONFIG_INIT. */
 LLMT_API void llmt_plan_config_init(llmt_plan_config *cfg);
 
-#define LLMT_PLAN_VERSION 1
+/* Version 2 appended rank, shard_first and shard_end; a version 1 out gets
+ * only the fields it has. */
+#define LLMT_PLAN_VERSION 2
 
 typedef struct llmt_plan {
     uint32_t version;                        /* set by the caller: LLMT_PLAN_VERSION */
-    uint64_t bytes[LLMT_MEM_CATEGORY_SLOTS]; /* per llmt_mem_category */
+    uint64_t bytes[LLMT_MEM_CATEGORY_SLOTS]; /* per llmt_mem_category (per rank) */
     uint64_t peak;                           /* all categories at once */
     int64_t num_params;
+    /* version 2: */
+    int32_t rank;                            /* the rank planned; -1 without world_size */
+    int64_t shard_first, shard_end;          /* its optimizer's range of the flat
+                                                parameters ([0, num_params) unsharded) */
 } llmt_plan;
 
-#define LLMT_PLAN_INIT {LLMT_PLAN_VERSION, {0}, 0, 0}
+#define LLMT_PLAN_INIT {LLMT_PLAN_VERSION, {0}, 0, 0, -1, 0, 0}
 
-/* Plans cfg for the backend and thread count of ctx. Errors: LLMT_EINVAL
- * naming the field, LLMT_EVERSION. */
+/* Plans cfg for the backend and thread count of ctx. With cfg->world_size
+ * N >= 1 the plan is one rank's: the model as without, plus the sharded
+ * optimizer's moments and master weights for the rank's range, its
+ * gradient sum (GRADIENTS) and exchange buffer (WORKSPACE). Errors:
+ * LLMT_EINVAL naming the field, LLMT_EVERSION. */
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,
                                llmt_plan *out);
 
@@ -59,8 +84,11 @@ LLMT_API int llmt_plan_compute_backend(int32_t backend, int32_t num_threads,
 /* The largest micro-batch (cfg->micro_batch, then halving: ceil(b / 2) down
  * to 1) and for it the lightest recompute policy (none, ffn_act,
  * ffn_act+attn_core, attn_core+ffn, full) whose plan fits budget bytes.
- * LLMT_ENOMEM, with a message giving the smallest plan's peak, when even
- * micro-batch 1 with full recompute does not fit. */
+ * The global batch stays cfg->batch_size (cfg->micro_batch when 0) while
+ * the micro-batch halves; with world_size the budget is per rank (cfg->rank,
+ * or the rank with the largest peak). LLMT_ENOMEM, with a message giving
+ * the smallest plan's peak, when even micro-batch 1 with full recompute
+ * does not fit. */
 LLMT_API int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
                            int32_t *micro_batch, int32_t *recompute);
 

@@ -28,6 +28,24 @@ LLMT_API int llmt_slicer_set_micro_batch(llmt_slicer *slicer, int32_t micro_batc
 /* The micro-batch, or -1 for NULL. */
 LLMT_API int32_t llmt_slicer_micro_batch(const llmt_slicer *slicer);
 
+/* How the micro-batches' gradients are summed. */
+typedef enum llmt_accumulation {
+    /* Each micro-batch's backward adds into the model's gradients (no
+     * extra memory; the default). */
+    LLMT_ACCUMULATE_IN_PLACE = 0,
+    /* Each micro-batch's gradient is computed alone, then added to a sum in
+     * micro-batch order: the bits of a data-parallel run in
+     * LLMT_REDUCE_DETERMINISTIC at any world size. Costs one more gradient
+     * buffer (GRADIENTS) while a batch has more than one micro-batch. */
+    LLMT_ACCUMULATE_ORDERED = 1
+} llmt_accumulation;
+
+/* Sets the accumulation (llmt_accumulation). */
+LLMT_API int llmt_slicer_set_accumulation(llmt_slicer *slicer, int32_t accumulation);
+
+/* The accumulation, or -1 for NULL. */
+LLMT_API int32_t llmt_slicer_accumulation(const llmt_slicer *slicer);
+
 /* Forward and backward of a global batch (host int32 tokens and targets of
  * batch * seq_len, targets -1 ignored), adding to the gradients the gradient
  * of grad_scale * (mean loss over the batch's counted targets). The arena is

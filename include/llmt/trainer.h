@@ -18,6 +18,13 @@
  *   micro-batch 1 with full recompute cannot fit, the step fails with the
  *   planner's figure. Every decision is logged with its reason and numbers.
  *
+ * Data-parallel (the optimizer sharded over an llmt_comm): step, run, save
+ * and resume_latest are collective (every rank makes the same calls in the
+ * same order; evaluate runs on each rank alone, over the whole held-out
+ * set), and the step callback runs on every rank after every step. The
+ * collectives run on the calling thread only.
+ * See docs/distributed.md.
+ *
  * See docs/trainer.md. */
 #ifndef LLMT_TRAINER_H
 #define LLMT_TRAINER_H
@@ -100,6 +107,19 @@ LLMT_API int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *p
  * the parts' constructors, naming the configuration key. */
 LLMT_API int llmt_trainer_create_from_config(llmt_trainer **out, llmt_context *ctx,
                                              const llmt_train_config *cfg);
+
+/* llmt_trainer_create_from_config for one rank of a data-parallel run over
+ * comm (NULL: a single process, as llmt_trainer_create_from_config). The
+ * optimizer is sharded (llmt_optimizer_create_sharded with cfg's
+ * dist.reduce), every rank reads the whole global batch from the same data
+ * and runs its share of the micro-batches, and only rank 0 opens the
+ * checkpoint directories and writes metrics: it saves single-file
+ * checkpoints with the optimizer state gathered to it, which resume at any
+ * world size (docs/distributed.md). Collective. Errors as
+ * llmt_trainer_create_from_config, and LLMT_ECOMM when the ranks'
+ * configurations differ or a rank fails (naming it). */
+LLMT_API int llmt_trainer_create_from_config_dist(llmt_trainer **out, llmt_context *ctx,
+                                                  const llmt_train_config *cfg, llmt_comm *comm);
 
 /* Waits for an async save in flight, releases the trainer and what it owns;
  * NULL accepted. */

@@ -142,6 +142,8 @@ int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int al
     for (int i = 0; i < man->n_files && !rc; i++)
         if (all || strcmp(man->files[i].name, CKPT_MODEL_FILE) == 0)
             rc = check_file(dir, label, &man->files[i]);
+    for (int32_t r = 0; all && r < man->world_size && !rc; r++) /* format 2 */
+        rc = check_file(dir, label, &man->shards[r].file);
     if (!rc && all)
         rc = check_nothing_extra(dir, label, man);
     if (!m || rc)

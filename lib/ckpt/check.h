@@ -23,7 +23,8 @@ int64_t llmt_ckpt_step_of(const char *name);
 int llmt_ckpt_read_manifest_at(const char *dir, const char *label, int64_t step, llmt_manifest *m);
 
 /* Checks checkpoint directory dir: the manifest (as above), then, with all,
- * every listed file's size and XXH3-64 and that no unlisted file is present;
+ * every listed file's size and XXH3-64 (a sharded checkpoint's optimizer
+ * files included) and that no unlisted file is present;
  * without all, only model.safetensors. The manifest goes into m (the
  * caller's to clear) when m is not NULL. LLMT_ECORRUPT for damage (a missing
  * or mismatching file, an extra one, an entry that is not a regular file);

@@ -14,6 +14,7 @@
 
 #include "util/fsutil.h"
 #include "util/hash_pipe.h"
+#include "ckpt/shards.h"
 #include "ckpt/store_internal.h"
 #include "core/context_internal.h"
 #include "core/error.h"
@@ -186,8 +187,7 @@ static int check_match(const llmt_manifest *mf, const llmt_train_state *st)
     return LLMT_OK;
 }
 
-/* Loads the tensors of both files. */
-static int load_tensors(const char *dir, const llmt_manifest *mf, const llmt_train_state *st)
+int llmt_ckpt_load_tensors(const char *dir, const llmt_manifest *mf, const llmt_train_state *st)
 {
     llmt_model *m = st->model;
     llmt_optimizer *o = st->optimizer;
@@ -204,7 +204,9 @@ static int load_tensors(const char *dir, const llmt_manifest *mf, const llmt_tra
         wants_for(m, m->weights.ptr, m->dt, "", names, w);
         rc = load_file(dir, mfile, m, w, n);
     }
-    if (!rc && o) {
+    if (!rc && o && mf->format == LLMT_MANIFEST_FORMAT_SHARDED)
+        rc = llmt_ckpt_shard_read(dir, mf, o);
+    else if (!rc && o) {
         static const char *const suffix[3] = {".exp_avg", ".exp_avg_sq", ".master"};
         char *bases[3] = {o->m.ptr, o->v.ptr, o->master.ptr};
         int dts[3] = {o->state_dt, o->state_dt, LLMT_DTYPE_F32};
@@ -218,8 +220,8 @@ static int load_tensors(const char *dir, const llmt_manifest *mf, const llmt_tra
     return rc;
 }
 
-/* Reads user.bin (checksummed) into the caller's buffer. */
-static int load_user(const char *dir, const llmt_manifest *mf, void *buf, size_t cap, size_t *size)
+int llmt_ckpt_load_user(const char *dir, const llmt_manifest *mf, void *buf, size_t cap,
+                        size_t *size)
 {
     const llmt_manifest_file *f = llmt_manifest_find(mf, CKPT_USER_FILE);
     if (size)
@@ -281,6 +283,9 @@ int llmt_ckpt_load(llmt_ckpt_store *s, int64_t step, int32_t tier, llmt_train_st
     if ((tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST) || !s->dir[tier] || step < 0)
         return llmt_fail(LLMT_EINVAL, "%s: no tier %d in this store, or step %lld < 0", fn, tier,
                          (long long)step);
+    if (state->optimizer && state->optimizer->comm)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: state->optimizer is sharded: a data-parallel "
+                         "run resumes through llmt_trainer_resume_latest", fn);
     int rc = llmt_ckpt_join(s);
     if (rc)
         return rc;
@@ -293,9 +298,9 @@ int llmt_ckpt_load(llmt_ckpt_store *s, int64_t step, int32_t tier, llmt_train_st
     char *dir = llmt_ckpt_file(s, tier, step, NULL);
     rc = dir ? check_match(&mf, state) : llmt_fail(LLMT_ENOMEM, "out of memory");
     if (!rc)
-        rc = load_tensors(dir, &mf, state);
+        rc = llmt_ckpt_load_tensors(dir, &mf, state);
     if (!rc)
-        rc = load_user(dir, &mf, user_buf, user_cap, user_size);
+        rc = llmt_ckpt_load_user(dir, &mf, user_buf, user_cap, user_size);
     if (!rc)
         rc = restore_state(&mf, state);
     if (rc)

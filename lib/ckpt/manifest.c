@@ -93,13 +93,48 @@ static void write_loader(llmt_jw *w, const llmt_loader_state *s)
     llmt_jw_end_object(w);
 }
 
+/* "shards" of format 2: the save's world size and one entry per rank's file. */
+static void write_shards(llmt_jw *w, const llmt_manifest *m)
+{
+    llmt_jw_begin_object(w);
+    put_i64(w, "world_size", m->world_size);
+    put_i64(w, "elements", m->num_elements);
+    put_u64(w, "chunk_bytes", m->chunk_bytes);
+    llmt_jw_keyz(w, "files");
+    llmt_jw_begin_array(w);
+    for (int32_t r = 0; r < m->world_size; r++) {
+        const llmt_manifest_shard *sh = &m->shards[r];
+        llmt_jw_begin_object(w);
+        put_str(w, "name", sh->file.name);
+        put_u64(w, "bytes", sh->file.bytes);
+        put_hex(w, "xxh3", sh->file.xxh3);
+        llmt_jw_keyz(w, "range");
+        llmt_jw_begin_array(w);
+        llmt_jw_int64(w, sh->first);
+        llmt_jw_int64(w, sh->end);
+        llmt_jw_end_array(w);
+        llmt_jw_keyz(w, "chunks");
+        llmt_jw_begin_array(w);
+        for (size_t c = 0; c < sh->n_chunks; c++) {
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64, sh->chunks[c]);
+            llmt_jw_string(w, hex, 16);
+        }
+        llmt_jw_end_array(w);
+        llmt_jw_end_object(w);
+    }
+    llmt_jw_end_array(w);
+    llmt_jw_end_object(w);
+}
+
 int llmt_manifest_format(const llmt_manifest *m, char **out, size_t *len)
 {
+    const int sharded = m->format == LLMT_MANIFEST_FORMAT_SHARDED;
     llmt_jw w;
     llmt_jw_init(&w);
     llmt_jw_begin_object(&w);
     put_str(&w, "format", "llmt-checkpoint");
-    put_i64(&w, "format_version", LLMT_MANIFEST_FORMAT);
+    put_i64(&w, "format_version", sharded ? LLMT_MANIFEST_FORMAT_SHARDED : LLMT_MANIFEST_FORMAT);
     put_str(&w, "library_version", m->library_version);
     put_i64(&w, "step", m->step);
     put_i64(&w, "epoch", m->epoch);
@@ -142,6 +177,10 @@ int llmt_manifest_format(const llmt_manifest *m, char **out, size_t *len)
         llmt_jw_end_object(&w);
     }
     llmt_jw_end_array(&w);
+    if (sharded) {
+        llmt_jw_keyz(&w, "shards");
+        write_shards(&w, m);
+    }
     llmt_jw_end_object(&w);
     const char *text = NULL;
     size_t n = 0;
@@ -323,22 +362,110 @@ static int read_files(const llmt_json *arr, llmt_manifest *m)
     return LLMT_OK;
 }
 
+void llmt_manifest_shard_name(char *buf, size_t cap, int32_t rank, int32_t size)
+{
+    snprintf(buf, cap, "optimizer-%05d-of-%05d.safetensors", (int)rank + 1, (int)size);
+}
+
+/* One entry of shards.files: rank r's file, its range starting at `at`. */
+static int read_shard(const llmt_json *f, int32_t r, int32_t size, int64_t at, uint64_t chunk,
+                      llmt_manifest_shard *sh)
+{
+    static const char *const keys[] = {"name", "bytes", "xxh3", "range", "chunks"};
+    char want[64];
+    int64_t range[2] = {0, 0};
+    int rc = expect_keys(f, "shards.files[]", keys, 5);
+    if (!rc) rc = get_string(f, "shards.files[]", "name", sh->file.name, sizeof sh->file.name);
+    if (!rc) rc = get_u64(f, "shards.files[]", "bytes", &sh->file.bytes);
+    if (!rc) rc = get_hex(f, "shards.files[]", "xxh3", &sh->file.xxh3);
+    llmt_manifest_shard_name(want, sizeof want, r, size);
+    if (!rc && strcmp(sh->file.name, want))
+        rc = BAD("shards.files[%d].name is \"%s\", expected \"%s\"", (int)r, sh->file.name, want);
+    const llmt_json *v = llmt_json_get(f, "range");
+    if (!rc && (llmt_json_type(v) != LLMT_JSON_ARRAY || llmt_json_len(v) != 2 ||
+                llmt_json_int64(llmt_json_at(v, 0), &range[0]) ||
+                llmt_json_int64(llmt_json_at(v, 1), &range[1])))
+        rc = BAD("shards.files[%d].range is not two integers", (int)r);
+    if (!rc && (range[0] != at || range[1] < range[0]))
+        rc = BAD("shards.files[%d].range [%lld, %lld) does not continue at %lld", (int)r,
+                 (long long)range[0], (long long)range[1], (long long)at);
+    sh->first = range[0];
+    sh->end = range[1];
+    v = llmt_json_get(f, "chunks");
+    size_t n = (size_t)(sh->file.bytes / chunk + (sh->file.bytes % chunk != 0));
+    if (!rc && (llmt_json_type(v) != LLMT_JSON_ARRAY || llmt_json_len(v) != n))
+        rc = BAD("shards.files[%d].chunks is not an array of %zu checksums", (int)r, n);
+    if (!rc && n && !(sh->chunks = malloc(n * sizeof *sh->chunks)))
+        rc = llmt_fail(LLMT_ENOMEM, "manifest: out of memory");
+    for (size_t c = 0; c < n && !rc; c++) {
+        size_t len = 0;
+        const char *hex = llmt_json_string(llmt_json_at(v, c), &len);
+        if (!hex || len != 16 || strspn(hex, "0123456789abcdef") != 16)
+            rc = BAD("shards.files[%d].chunks[%zu] is not 16 lowercase hex digits", (int)r, c);
+        else
+            sh->chunks[c] = strtoull(hex, NULL, 16);
+    }
+    sh->n_chunks = rc ? 0 : n;
+    return rc;
+}
+
+/* "shards" of format 2: ranges that tile [0, elements) in rank order. */
+static int read_shards(const llmt_json *o, llmt_manifest *m)
+{
+    static const char *const keys[] = {"world_size", "elements", "chunk_bytes", "files"};
+    int64_t size = 0;
+    uint64_t chunk = 0;
+    int rc = expect_keys(o, "shards", keys, 4);
+    if (!rc) rc = get_i64(o, "shards", "world_size", &size);
+    if (!rc) rc = get_i64(o, "shards", "elements", &m->num_elements);
+    if (!rc) rc = get_u64(o, "shards", "chunk_bytes", &m->chunk_bytes);
+    chunk = m->chunk_bytes;
+    if (!rc && (size < 1 || size > LLMT_MANIFEST_MAX_SHARDS || m->num_elements < 0))
+        rc = BAD("shards.world_size = %lld or shards.elements = %lld is out of range",
+                 (long long)size, (long long)m->num_elements);
+    if (!rc && (chunk < 4096 || chunk > ((uint64_t)1 << 30) || (chunk & (chunk - 1))))
+        rc = BAD("shards.chunk_bytes = %llu is not a power of two from 4 KiB to 1 GiB",
+                 (unsigned long long)chunk);
+    const llmt_json *files = llmt_json_get(o, "files");
+    if (!rc && (llmt_json_type(files) != LLMT_JSON_ARRAY || llmt_json_len(files) != (size_t)size))
+        rc = BAD("shards.files is not an array of world_size = %lld entries", (long long)size);
+    if (!rc && !(m->shards = calloc((size_t)size, sizeof *m->shards)))
+        rc = llmt_fail(LLMT_ENOMEM, "manifest: out of memory");
+    if (!rc)
+        m->world_size = (int32_t)size;
+    int64_t at = 0;
+    for (int32_t r = 0; r < m->world_size && !rc; r++) {
+        rc = read_shard(llmt_json_at(files, (size_t)r), r, m->world_size, at, chunk,
+                        &m->shards[r]);
+        at = m->shards[r].end;
+    }
+    if (!rc && at != m->num_elements)
+        rc = BAD("shards end at %lld, not at elements = %lld", (long long)at,
+                 (long long)m->num_elements);
+    return rc;
+}
+
 /* The top level: fields in any order, every one present. */
 static int read_root(const llmt_json *root, llmt_manifest *m)
 {
+    /* Format 2 adds "shards" (last). */
     static const char *const keys[] = {"format", "format_version", "library_version", "step",
                                        "epoch", "tokens_seen", "model", "optimizer",
-                                       "loss_scaler", "rng", "data", "config_yaml", "files"};
+                                       "loss_scaler", "rng", "data", "config_yaml", "files",
+                                       "shards"};
     static const char *const rng_keys[] = {"seed", "stream", "offset"};
     char format[32];
-    int rc = expect_keys(root, "manifest", keys, sizeof keys / sizeof keys[0]);
+    int rc = llmt_json_type(root) == LLMT_JSON_OBJECT ? LLMT_OK : BAD("manifest is not an object");
+    if (!rc) rc = get_i64(root, "manifest", "format_version", &m->format);
+    if (!rc && m->format != LLMT_MANIFEST_FORMAT && m->format != LLMT_MANIFEST_FORMAT_SHARDED)
+        return llmt_fail(LLMT_EVERSION, "manifest: format_version %lld, this library reads %d "
+                         "and %d", (long long)m->format, LLMT_MANIFEST_FORMAT,
+                         LLMT_MANIFEST_FORMAT_SHARDED);
+    const int sharded = m->format == LLMT_MANIFEST_FORMAT_SHARDED;
+    if (!rc) rc = expect_keys(root, "manifest", keys, sizeof keys / sizeof keys[0] - !sharded);
     if (!rc) rc = get_string(root, "manifest", "format", format, sizeof format);
     if (!rc && strcmp(format, "llmt-checkpoint"))
         rc = BAD("format is \"%s\", not llmt-checkpoint", format);
-    if (!rc) rc = get_i64(root, "manifest", "format_version", &m->format);
-    if (!rc && m->format != LLMT_MANIFEST_FORMAT)
-        return llmt_fail(LLMT_EVERSION, "manifest: format_version %lld, this library reads %d",
-                         (long long)m->format, LLMT_MANIFEST_FORMAT);
     if (!rc) rc = get_string(root, "manifest", "library_version", m->library_version,
                              sizeof m->library_version);
     if (!rc) rc = get_i64(root, "manifest", "step", &m->step);
@@ -375,6 +502,14 @@ static int read_root(const llmt_json *root, llmt_manifest *m)
     }
     if (!rc)
         rc = read_files(llmt_json_get(root, "files"), m);
+    if (!rc && sharded)
+        rc = read_shards(llmt_json_get(root, "shards"), m);
+    if (!rc && sharded && (!m->has_optimizer || llmt_manifest_find(m, "optimizer.safetensors")))
+        rc = BAD("format_version 2 without an optimizer, or with optimizer.safetensors");
+    for (int32_t r = 0; r < m->world_size && !rc; r++)
+        for (int i = 0; i < m->n_files && !rc; i++)
+            if (!strcmp(m->files[i].name, m->shards[r].file.name))
+                rc = BAD("file \"%s\" is listed twice", m->files[i].name);
     return rc;
 }
 
@@ -396,7 +531,9 @@ int llmt_manifest_parse(const char *text, size_t len, llmt_manifest *m)
     if (want != got)
         return BAD("checksum mismatch (trailer %016" PRIx64 ", contents %016" PRIx64 ")", want, got);
     size_t body = len - TRAILER_LEN - 1;
-    const llmt_json_limits lim = {16, body, body, 4096};
+    /* Nodes: a v1 manifest has a few hundred; a sharded one one per chunk
+     * checksum besides (each at least 19 bytes of text). */
+    const llmt_json_limits lim = {16, body, body, 4096 + body / 16};
     llmt_json *root = NULL;
     int rc = llmt_json_parse(text, body, &lim, &root);
     if (rc)
@@ -411,6 +548,9 @@ int llmt_manifest_parse(const char *text, size_t len, llmt_manifest *m)
 
 void llmt_manifest_clear(llmt_manifest *m)
 {
+    for (int32_t r = 0; m->shards && r < m->world_size; r++)
+        free(m->shards[r].chunks);
+    free(m->shards);
     free(m->config_yaml);
     memset(m, 0, sizeof *m);
 }
@@ -420,5 +560,8 @@ const llmt_manifest_file *llmt_manifest_find(const llmt_manifest *m, const char 
     for (int i = 0; i < m->n_files; i++)
         if (!strcmp(m->files[i].name, name))
             return &m->files[i];
+    for (int32_t r = 0; m->shards && r < m->world_size; r++)
+        if (!strcmp(m->shards[r].file.name, name))
+            return &m->shards[r].file;
     return NULL;
 }

@@ -15,7 +15,16 @@
 #include "llmt/optimizer.h"
 
 #define LLMT_MANIFEST_FORMAT 1
+/* Written by a data-parallel save: the optimizer state in one file per rank
+ * (llmt_manifest.shards). */
+#define LLMT_MANIFEST_FORMAT_SHARDED 2
 #define LLMT_MANIFEST_MAX_FILES 8
+/* Bytes per chunk checksum of the shard files a save writes (the last chunk
+ * of a file may be shorter). A reader takes the manifest's chunk_bytes: any
+ * power of two from 4 KiB to 1 GiB. */
+#define LLMT_MANIFEST_CHUNK_BYTES ((uint64_t)16 << 20)
+/* Ranks of a sharded save at most (bounds the manifest). */
+#define LLMT_MANIFEST_MAX_SHARDS 65536
 #define LLMT_MANIFEST_MAX_BYTES (16u << 20)
 
 typedef struct llmt_manifest_file {
@@ -23,6 +32,16 @@ typedef struct llmt_manifest_file {
     uint64_t bytes;
     uint64_t xxh3;
 } llmt_manifest_file;
+
+/* One rank's optimizer file of a sharded save: elements [first, end) of the
+ * flat state, and the XXH3-64 of each LLMT_MANIFEST_CHUNK_BYTES of the file
+ * so a reader of part of it checks what it reads. */
+typedef struct llmt_manifest_shard {
+    llmt_manifest_file file;
+    int64_t first, end;
+    uint64_t *chunks; /* malloc'ed, ceil(file.bytes / chunk_bytes) */
+    size_t n_chunks;
+} llmt_manifest_shard;
 
 typedef struct llmt_manifest {
     int64_t format;             /* LLMT_MANIFEST_FORMAT */
@@ -41,6 +60,13 @@ typedef struct llmt_manifest {
     char *config_yaml;          /* owned; NULL when absent */
     int n_files;
     llmt_manifest_file files[LLMT_MANIFEST_MAX_FILES];
+    /* Format 2 only: the world size of the save, the elements of the flat
+     * state (the shards' ranges tile [0, num_elements) in rank order), the
+     * bytes per chunk checksum and one shard per rank (malloc'ed; owned). */
+    int32_t world_size;
+    int64_t num_elements;
+    uint64_t chunk_bytes;
+    llmt_manifest_shard *shards;
 } llmt_manifest;
 
 /* Formats m as MANIFEST bytes (JSON, newline, "xxh3:" 16 hex digits,
@@ -52,10 +78,13 @@ int llmt_manifest_format(const llmt_manifest *m, char **out, size_t *len);
  * the reason; on success release with llmt_manifest_clear. */
 int llmt_manifest_parse(const char *text, size_t len, llmt_manifest *m);
 
-/* Frees what a parse allocated (config_yaml) and zeroes m. */
+/* The name of rank's optimizer file in a save of size ranks. */
+void llmt_manifest_shard_name(char *buf, size_t cap, int32_t rank, int32_t size);
+
+/* Frees what a parse allocated (config_yaml, shards) and zeroes m. */
 void llmt_manifest_clear(llmt_manifest *m);
 
-/* The entry for file name, or NULL. */
+/* The entry for file name (a shard's included), or NULL. */
 const llmt_manifest_file *llmt_manifest_find(const llmt_manifest *m, const char *name);
 
 #endif

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "util/fsutil.h"
+#include "ckpt/shards.h"
 #include "ckpt/store_internal.h"
 #include "core/context_internal.h"
 #include "core/error.h"
@@ -258,8 +259,9 @@ static int write_tensors(const char *tmp, const char *file, const llmt_st_write_
     return rc;
 }
 
-/* Writes every file of snap into the empty directory tmp. */
-static int write_files(const char *tmp, ckpt_snapshot *snap, int sync)
+/* Writes the files of snap other than MANIFEST into the empty directory
+ * tmp, listing them in snap's manifest. */
+static int write_data(const char *tmp, ckpt_snapshot *snap, int sync)
 {
     llmt_manifest *m = &snap->manifest;
     m->n_files = 0;
@@ -279,6 +281,12 @@ static int write_files(const char *tmp, ckpt_snapshot *snap, int sync)
         f->bytes = snap->user_size;
         m->n_files++;
     }
+    return LLMT_OK;
+}
+
+/* Writes m as tmp's MANIFEST, last, and makes tmp's entries durable. */
+static int write_manifest(const char *tmp, const llmt_manifest *m, int sync)
+{
     char *text = NULL, *path = join(tmp, CKPT_MANIFEST_FILE);
     size_t len = 0;
     int rc = path ? llmt_manifest_format(m, &text, &len) : llmt_fail(LLMT_ENOMEM, "out of memory");
@@ -287,6 +295,12 @@ static int write_files(const char *tmp, ckpt_snapshot *snap, int sync)
     free(text);
     free(path);
     return !rc && sync ? llmt_sync_dir(tmp) : rc;
+}
+
+int llmt_ckpt_write_dir(const char *tmp, ckpt_snapshot *snap, int sync)
+{
+    LLMT_TRY(write_data(tmp, snap, sync));
+    return write_manifest(tmp, &snap->manifest, sync);
 }
 
 /* Deletes the oldest checkpoints of tier beyond keep, never `protect`.
@@ -323,17 +337,19 @@ static int rotate(const llmt_ckpt_store *s, int tier, int64_t protect)
     return rc;
 }
 
-int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
+/* Commits tmp, complete (or rc, the failure that stopped writing it), as
+ * checkpoint step of tier: rename, fsync, rotation; tmp is removed when
+ * that fails. */
+static int publish(llmt_ckpt_store *s, int tier, int64_t step, const char *tmp, int rc)
 {
-    int tier = snap->tier, sync = s->sync[tier];
+    int sync = s->sync[tier];
     const char *dir = s->dir[tier];
-    int64_t step = snap->manifest.step;
     char name[64];
     llmt_ckpt_dirname(name, sizeof name, step);
-    char *tmp = llmt_ckpt_fresh_dir(dir, name, "tmp");
     char *final = llmt_ckpt_file(s, tier, step, NULL);
     char *old = NULL;
-    int rc = tmp && final ? write_files(tmp, snap, sync) : (tmp ? llmt_fail(LLMT_ENOMEM, "out of memory") : LLMT_EIO);
+    if (!rc && !final)
+        rc = llmt_fail(LLMT_ENOMEM, "out of memory");
     struct stat st;
     if (!rc && lstat(final, &st) == 0 && !S_ISDIR(st.st_mode)) /* not ours to remove */
         rc = llmt_fail(LLMT_EIO, "%s exists and is not a directory (not a checkpoint): remove "
@@ -367,8 +383,60 @@ int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
         llmt_ckpt_forget_refused(s, tier, step); /* replaced by a valid one */
         rc = rotate(s, tier, step);
     }
-    free(tmp);
     free(final);
     free(old);
     return rc;
+}
+
+int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
+{
+    int tier = snap->tier, sync = s->sync[tier];
+    char name[64];
+    llmt_ckpt_dirname(name, sizeof name, snap->manifest.step);
+    char *tmp = llmt_ckpt_fresh_dir(s->dir[tier], name, "tmp");
+    int rc = tmp ? llmt_ckpt_write_dir(tmp, snap, sync) : LLMT_EIO;
+    rc = publish(s, tier, snap->manifest.step, tmp, rc);
+    free(tmp);
+    return rc;
+}
+
+/* ---- sharded saves (format 2; the protocol is in lib/train/dist_ckpt.c) */
+
+int llmt_ckpt_sharded_begin(llmt_ckpt_store *s, const llmt_train_state *st, int32_t tier,
+                            ckpt_snapshot *snap, char **tmp)
+{
+    *tmp = NULL;
+    memset(snap, 0, sizeof *snap);
+    const llmt_optimizer *o = st->optimizer;
+    llmt_train_state common = *st; /* everything but the optimizer's tensors */
+    common.optimizer = NULL;
+    LLMT_TRY(llmt_ckpt_check_save(s, &common, tier, "checkpoint"));
+    LLMT_TRY(llmt_ckpt_join(s));
+    LLMT_TRY(llmt_ckpt_snapshot(s, &common, tier, 0, snap));
+    llmt_manifest *m = &snap->manifest;
+    m->format = LLMT_MANIFEST_FORMAT_SHARDED;
+    m->has_optimizer = 1;
+    m->optimizer = o->cfg;
+    m->optimizer_steps = o->steps;
+    m->num_elements = o->model->num_params;
+    m->chunk_bytes = LLMT_MANIFEST_CHUNK_BYTES;
+    char name[64];
+    llmt_ckpt_dirname(name, sizeof name, st->step);
+    if (!(*tmp = llmt_ckpt_fresh_dir(s->dir[tier], name, "tmp"))) {
+        llmt_ckpt_snapshot_free(snap);
+        return LLMT_EIO;
+    }
+    return LLMT_OK;
+}
+
+int llmt_ckpt_sharded_write_common(const char *tmp, ckpt_snapshot *snap, int sync)
+{
+    return write_data(tmp, snap, sync);
+}
+
+int llmt_ckpt_sharded_commit(llmt_ckpt_store *s, ckpt_snapshot *snap, const char *tmp)
+{
+    llmt_manifest *m = &snap->manifest;
+    int rc = write_manifest(tmp, m, s->sync[snap->tier]);
+    return publish(s, snap->tier, m->step, tmp, rc);
 }

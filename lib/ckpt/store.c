@@ -12,6 +12,7 @@
 #include "util/fsutil.h"
 #include "ckpt/check.h"
 #include "ckpt/store_internal.h"
+#include "optim/optim_internal.h"
 #include "core/error.h"
 
 static const char *const tier_names[2] = {"durable", "fast"};
@@ -235,7 +236,8 @@ int llmt_ckpt_wait(llmt_ckpt_store *s)
     return llmt_ckpt_join(s);
 }
 
-static int check_save(llmt_ckpt_store *s, const llmt_train_state *st, int32_t tier, const char *fn)
+int llmt_ckpt_check_save(llmt_ckpt_store *s, const llmt_train_state *st, int32_t tier,
+                         const char *fn)
 {
     if (!s || !st)
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, s ? "state" : "store");
@@ -244,6 +246,9 @@ static int check_save(llmt_ckpt_store *s, const llmt_train_state *st, int32_t ti
                          st->version, LLMT_TRAIN_STATE_VERSION);
     if (!st->model)
         return llmt_fail(LLMT_EINVAL, "%s: state->model is NULL", fn);
+    if (st->optimizer && st->optimizer->comm)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: state->optimizer is sharded: a data-parallel "
+                         "run saves through llmt_trainer_save (every rank writes its shard)", fn);
     if (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST)
         return llmt_fail(LLMT_EINVAL, "%s: tier = %d is not a tier", fn, tier);
     if (!s->dir[tier])
@@ -260,7 +265,7 @@ static int check_save(llmt_ckpt_store *s, const llmt_train_state *st, int32_t ti
 
 int llmt_ckpt_save(llmt_ckpt_store *s, const llmt_train_state *state, int32_t tier)
 {
-    int rc = check_save(s, state, tier, "llmt_ckpt_save");
+    int rc = llmt_ckpt_check_save(s, state, tier, "llmt_ckpt_save");
     if (!rc)
         rc = llmt_ckpt_join(s);
     if (rc)
@@ -275,7 +280,7 @@ int llmt_ckpt_save(llmt_ckpt_store *s, const llmt_train_state *state, int32_t ti
 
 int llmt_ckpt_save_async(llmt_ckpt_store *s, const llmt_train_state *state, int32_t tier)
 {
-    int rc = check_save(s, state, tier, "llmt_ckpt_save_async");
+    int rc = llmt_ckpt_check_save(s, state, tier, "llmt_ckpt_save_async");
     if (!rc)
         rc = llmt_ckpt_join(s);
     if (!rc)
@@ -391,7 +396,8 @@ int llmt_ckpt_list(llmt_ckpt_store *s, int32_t tier, int64_t *steps, size_t cap,
             free(all);
             return llmt_fail(LLMT_EINVAL, "%s: cap = %zu, %zu checkpoints", fn, cap, n);
         }
-        memcpy(steps, all, n * sizeof *steps);
+        if (n) /* all is NULL when there is none */
+            memcpy(steps, all, n * sizeof *steps);
     }
     free(all);
     return LLMT_OK;

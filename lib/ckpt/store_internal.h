@@ -70,6 +70,26 @@ int llmt_ckpt_snapshot(llmt_ckpt_store *s, const llmt_train_state *state, int ti
                        ckpt_snapshot *snap);
 void llmt_ckpt_snapshot_free(ckpt_snapshot *snap);
 
+/* Refuses what llmt_ckpt_save (named fn in the messages) cannot save: a
+ * NULL or mismatched state, a sharded optimizer, a tier that is absent or
+ * read-only, a negative step. */
+int llmt_ckpt_check_save(llmt_ckpt_store *s, const llmt_train_state *st, int32_t tier,
+                         const char *fn);
+
+/* Loads the tensors of checkpoint directory dir (manifest mf) into st's
+ * model and, when st has one, unsharded optimizer: model.safetensors, then
+ * optimizer.safetensors (format 1) or the shard files (format 2). */
+int llmt_ckpt_load_tensors(const char *dir, const llmt_manifest *mf, const llmt_train_state *st);
+
+/* Reads dir's user.bin (checksummed) into buf of cap bytes; *size (may be
+ * NULL) gets its size, 0 when there is none. cap 0 reads nothing. */
+int llmt_ckpt_load_user(const char *dir, const llmt_manifest *mf, void *buf, size_t cap,
+                        size_t *size);
+
+/* Writes every file of snap, MANIFEST last, into the empty directory tmp
+ * (fsynced, entries included, when sync). */
+int llmt_ckpt_write_dir(const char *tmp, ckpt_snapshot *snap, int sync);
+
 /* Writes snap into tier's directory and commits it, then rotates. */
 int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap);
 

@@ -70,6 +70,7 @@ const char *llmt_status_string(int status)
     case LLMT_ESTATE: return "invalid state";
     case LLMT_ENOTFOUND: return "not found";
     case LLMT_EBUSY: return "in use by another process";
+    case LLMT_ECOMM: return "communication failed or ranks disagree";
     default: return "unknown status";
     }
 }

@@ -1,12 +1,16 @@
 /* llmt_plan: per-category bytes of a configuration, from the functions that
  * size the real buffers: the parameter table (weights, gradients), the
- * optimizer's sizes, the activation layout and the ops' scratch. */
+ * optimizer's sizes, the activation layout, the ops' scratch and, for one
+ * rank of a data-parallel run, the ZeRO-1 shard's buffers. */
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/context_internal.h"
 #include "core/cuda_plugin_ops.h"
 #include "core/error.h"
+#include "dist/shard.h"
 #include "llmt/plan.h"
 #include "model/model_internal.h"
 #include "ops/cpu/cpu_backend.h"
@@ -14,6 +18,11 @@
 
 /* The most host threads a plan without a context takes: a context's bound. */
 #define PLAN_MAX_THREADS 1024
+
+/* Bytes of the version 1 structs: everything before the fields version 2
+ * appended. */
+#define PLAN_CONFIG_V1_BYTES offsetof(llmt_plan_config, world_size)
+#define PLAN_V1_BYTES offsetof(llmt_plan, rank)
 
 void llmt_plan_config_init(llmt_plan_config *cfg)
 {
@@ -37,11 +46,34 @@ static int count_params(const llmt_model_config *cfg, int64_t *out)
     return rc;
 }
 
+/* The data-parallel fields (version 2) of a configuration. */
+static int check_dist_fields(const llmt_plan_config *c, const char *fn)
+{
+    if (c->world_size < 0 || c->world_size > LLMT_PLAN_MAX_WORLD)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->world_size = %d (must be 0, no communicator, "
+                         "or 1..%d ranks)", fn, c->world_size, LLMT_PLAN_MAX_WORLD);
+    if (c->world_size == 0 && c->rank != -1)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->rank = %d with cfg->world_size = 0 (must be -1: "
+                         "there are no ranks without a communicator)", fn, c->rank);
+    if (c->world_size > 0 && (c->rank < -1 || c->rank >= c->world_size))
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->rank = %d (must be -1, the rank with the largest "
+                         "peak, or 0..%d: cfg->world_size is %d)", fn, c->rank,
+                         c->world_size - 1, c->world_size);
+    if (c->world_size > 0 && !c->with_optimizer)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->world_size = %d needs cfg->with_optimizer = 1 "
+                         "(ZeRO-1 shards the optimizer)", fn, c->world_size);
+    if (c->batch_size != 0 && c->batch_size < c->micro_batch)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->batch_size = %d (must be 0, meaning micro_batch, "
+                         "or at least cfg->micro_batch = %d)", fn, c->batch_size, c->micro_batch);
+    if (c->ordered_accumulation != 0 && c->ordered_accumulation != 1)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->ordered_accumulation = %d (must be 0 or 1)", fn,
+                         c->ordered_accumulation);
+    return LLMT_OK;
+}
+
+/* A configuration of the current version. */
 static int check_plan_config(const llmt_plan_config *c, const char *fn)
 {
-    if (c->version != LLMT_PLAN_CONFIG_VERSION)
-        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
-                         c->version, LLMT_PLAN_CONFIG_VERSION);
     int rc = llmt_model_config_check(&c->model, fn);
     if (rc)
         return rc;
@@ -59,11 +91,63 @@ static int check_plan_config(const llmt_plan_config *c, const char *fn)
             return llmt_fail(LLMT_EINVAL, "%s: recompute policy %d (layer %d) is not a "
                              "combination of llmt_recompute_policy flags", fn, p, l);
     }
-    return LLMT_OK;
+    return check_dist_fields(c, fn);
+}
+
+/* Copies a configuration of version 1 (its bytes only, the appended fields
+ * at their defaults) or of the current version into *out, as the current
+ * version, and checks it. */
+static int upgrade_plan_config(const llmt_plan_config *in, llmt_plan_config *out, const char *fn)
+{
+    if (in->version != 1 && in->version != LLMT_PLAN_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows 1..%u", fn,
+                         in->version, LLMT_PLAN_CONFIG_VERSION);
+    llmt_plan_config_init(out);
+    memcpy(out, in, in->version == 1 ? PLAN_CONFIG_V1_BYTES : sizeof *out);
+    out->version = LLMT_PLAN_CONFIG_VERSION;
+    return check_plan_config(out, fn);
+}
+
+/* What a sharded optimizer allocates on one rank (llmt_optimizer_create_sharded):
+ * moments and master weights for its range, the owner's gradient sum and the
+ * exchange receive buffer. */
+typedef struct shard_bytes {
+    int64_t first, end;
+    uint64_t optimizer, grad_sum, recv;
+} shard_bytes;
+
+static void rank_shard_bytes(int precision, size_t elem, int64_t params, int32_t size,
+                             int32_t rank, shard_bytes *out)
+{
+    size_t moment = 0, master = 0, grad_sum = 0, recv = 0;
+    llmt_shard_range(params, size, rank, &out->first, &out->end);
+    llmt_optimizer_sizes(precision, out->end - out->first, &moment, &master);
+    llmt_shard_buffer_sizes(params, size, rank, elem, &grad_sum, &recv);
+    out->optimizer = 2 * (uint64_t)moment + master;
+    out->grad_sum = grad_sum;
+    out->recv = recv;
+}
+
+/* The rank of c to plan, and its shard: c->rank, or the lowest rank whose
+ * shard bytes are the largest (every other byte is the same on all ranks). */
+static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params, shard_bytes *out)
+{
+    int32_t best = c->rank < 0 ? 0 : c->rank;
+    rank_shard_bytes(c->model.precision, elem, params, c->world_size, best, out);
+    for (int32_t r = best + 1; c->rank < 0 && r < c->world_size; r++) {
+        shard_bytes s;
+        rank_shard_bytes(c->model.precision, elem, params, c->world_size, r, &s);
+        if (s.optimizer + s.grad_sum + s.recv > out->optimizer + out->grad_sum + out->recv) {
+            *out = s;
+            best = r;
+        }
+    }
+    return best;
 }
 
 /* The plan of a checked configuration, for a backend's op table (only its
- * size functions are called) and a host thread count. */
+ * size functions are called) and a host thread count; out is a whole
+ * current-version plan. */
 static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *c,
                 llmt_plan *out)
 {
@@ -85,15 +169,29 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     if (rc)
         return rc;
     size_t e = llmt_dtype_size(llmt_precision_dtype(c->model.precision));
-    size_t moment = 0, master = 0;
-    llmt_optimizer_sizes(c->model.precision, params, &moment, &master);
+    shard_bytes shard = {0, params, 0, 0, 0};
+    out->rank = -1;
+    if (c->world_size > 0) {
+        out->rank = plan_rank(c, e, params, &shard);
+    } else if (c->with_optimizer) {
+        size_t moment = 0, master = 0;
+        llmt_optimizer_sizes(c->model.precision, params, &moment, &master);
+        shard.optimizer = 2 * (uint64_t)moment + master;
+    }
+    /* Without a communicator, an ordered slicer sums each micro-batch's
+     * gradient into one more buffer when the batch has more than one. */
+    int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
+    int extra_grads = c->world_size == 0 && c->ordered_accumulation && batch > c->micro_batch;
     memset(out->bytes, 0, sizeof out->bytes);
     out->bytes[LLMT_MEM_PARAMS] = (uint64_t)params * e;
-    out->bytes[LLMT_MEM_GRADS] = (uint64_t)params * e;
-    out->bytes[LLMT_MEM_OPTIMIZER] = c->with_optimizer ? 2 * (uint64_t)moment + master : 0;
+    out->bytes[LLMT_MEM_GRADS] = (uint64_t)params * e * (extra_grads ? 2 : 1) + shard.grad_sum;
+    out->bytes[LLMT_MEM_OPTIMIZER] = shard.optimizer;
     out->bytes[LLMT_MEM_ACTIVATIONS] = lay.act_bytes;
     out->bytes[LLMT_MEM_WORKSPACE] = lay.work_bytes + llmt_model_constant_bytes(&c->model) +
-                                     (c->with_optimizer ? ops->optim_scratch_bytes : 0);
+                                     (c->with_optimizer ? ops->optim_scratch_bytes : 0) +
+                                     shard.recv;
+    out->shard_first = shard.first;
+    out->shard_end = shard.end;
     out->peak = 0;
     for (int i = 0; i < LLMT_MEM_CATEGORY_COUNT; i++)
         out->peak += out->bytes[i];
@@ -124,15 +222,30 @@ static int backend_ops(int32_t backend, int32_t num_threads, const char *fn,
     return LLMT_OK;
 }
 
-/* Checks the arguments both ways of planning share. */
-static int check_compute_args(const llmt_plan_config *cfg, const llmt_plan *out, const char *fn)
+/* Checks the arguments both ways of planning share; *c is cfg as the
+ * current version. */
+static int check_compute_args(const llmt_plan_config *cfg, const llmt_plan *out,
+                              llmt_plan_config *c, const char *fn)
 {
     if (!cfg || !out)
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !cfg ? "cfg" : "out");
-    if (out->version != LLMT_PLAN_VERSION)
-        return llmt_fail(LLMT_EVERSION, "%s: out->version = %u, this library knows %u", fn,
+    if (out->version != 1 && out->version != LLMT_PLAN_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: out->version = %u, this library knows 1..%u", fn,
                          out->version, LLMT_PLAN_VERSION);
-    return check_plan_config(cfg, fn);
+    return upgrade_plan_config(cfg, c, fn);
+}
+
+/* Plans c into out, writing only the fields of out's version. */
+static int plan_out(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *c,
+                    llmt_plan *out)
+{
+    llmt_plan p = LLMT_PLAN_INIT;
+    int rc = plan(ops, num_threads, c, &p);
+    if (!rc) {
+        p.version = out->version;
+        memcpy(out, &p, out->version == 1 ? PLAN_V1_BYTES : sizeof p);
+    }
+    return rc;
 }
 
 int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg, llmt_plan *out)
@@ -140,8 +253,9 @@ int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg, llmt
     const char *fn = "llmt_plan_compute";
     if (!ctx)
         return llmt_fail(LLMT_EINVAL, "%s: ctx is NULL", fn);
-    int rc = check_compute_args(cfg, out, fn);
-    return rc ? rc : plan(llmt_ops(ctx), ctx->num_threads, cfg, out);
+    llmt_plan_config c;
+    int rc = check_compute_args(cfg, out, &c, fn);
+    return rc ? rc : plan_out(llmt_ops(ctx), ctx->num_threads, &c, out);
 }
 
 int llmt_plan_compute_backend(int32_t backend, int32_t num_threads, const llmt_plan_config *cfg,
@@ -149,10 +263,11 @@ int llmt_plan_compute_backend(int32_t backend, int32_t num_threads, const llmt_p
 {
     const char *fn = "llmt_plan_compute_backend";
     const llmt_backend_ops *ops = NULL;
-    int rc = check_compute_args(cfg, out, fn);
+    llmt_plan_config c;
+    int rc = check_compute_args(cfg, out, &c, fn);
     if (!rc)
         rc = backend_ops(backend, num_threads, fn, &ops);
-    return rc ? rc : plan(ops, num_threads, cfg, out);
+    return rc ? rc : plan_out(ops, num_threads, &c, out);
 }
 
 /* The recompute ladder, lightest first: what the adaptive controller climbs. */
@@ -164,12 +279,13 @@ static const int32_t ladder[] = {
     LLMT_RECOMPUTE_FULL,
 };
 
-/* The fit of a checked configuration (see llmt_plan_fit). */
+/* The fit of a checked current-version configuration (see llmt_plan_fit). */
 static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *cfg,
                uint64_t budget, int32_t *micro_batch, int32_t *recompute, const char *fn)
 {
     llmt_plan_config c = *cfg;
     c.layer_recompute = NULL;
+    c.batch_size = cfg->batch_size ? cfg->batch_size : cfg->micro_batch; /* stays as b halves */
     llmt_plan p = LLMT_PLAN_INIT;
     int rc;
     for (int32_t b = cfg->micro_batch;; b = (b + 1) / 2) {
@@ -187,9 +303,12 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
         if (b == 1)
             break;
     }
-    return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes: micro-batch 1 with full "
+    char where[64] = "";
+    if (c.world_size > 0)
+        snprintf(where, sizeof where, " on rank %d of %d", p.rank, c.world_size);
+    return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes%s: micro-batch 1 with full "
                      "recompute needs %llu (params %llu, grads %llu, optimizer %llu, activations "
-                     "%llu, workspace %llu)", fn, (unsigned long long)budget,
+                     "%llu, workspace %llu)", fn, (unsigned long long)budget, where,
                      (unsigned long long)p.peak, (unsigned long long)p.bytes[LLMT_MEM_PARAMS],
                      (unsigned long long)p.bytes[LLMT_MEM_GRADS],
                      (unsigned long long)p.bytes[LLMT_MEM_OPTIMIZER],
@@ -204,8 +323,9 @@ int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t
     if (!ctx || !cfg || !micro_batch || !recompute)
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn,
                          !ctx ? "ctx" : !cfg ? "cfg" : !micro_batch ? "micro_batch" : "recompute");
-    int rc = check_plan_config(cfg, fn);
-    return rc ? rc : fit(llmt_ops(ctx), ctx->num_threads, cfg, budget, micro_batch, recompute, fn);
+    llmt_plan_config c;
+    int rc = upgrade_plan_config(cfg, &c, fn);
+    return rc ? rc : fit(llmt_ops(ctx), ctx->num_threads, &c, budget, micro_batch, recompute, fn);
 }
 
 int llmt_plan_fit_backend(int32_t backend, int32_t num_threads, const llmt_plan_config *cfg,
@@ -216,8 +336,9 @@ int llmt_plan_fit_backend(int32_t backend, int32_t num_threads, const llmt_plan_
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn,
                          !cfg ? "cfg" : !micro_batch ? "micro_batch" : "recompute");
     const llmt_backend_ops *ops = NULL;
-    int rc = check_plan_config(cfg, fn);
+    llmt_plan_config c;
+    int rc = upgrade_plan_config(cfg, &c, fn);
     if (!rc)
         rc = backend_ops(backend, num_threads, fn, &ops);
-    return rc ? rc : fit(ops, num_threads, cfg, budget, micro_batch, recompute, fn);
+    return rc ? rc : fit(ops, num_threads, &c, budget, micro_batch, recompute, fn);
 }

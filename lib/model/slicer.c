@@ -9,6 +9,10 @@
 struct llmt_slicer {
     llmt_model *model;
     int32_t micro_batch;
+    int32_t accumulation; /* llmt_accumulation */
+    /* Ordered accumulation: the buffer the micro-batches' gradients are
+     * added to, then swapped with the model's gradients (GRADIENTS). */
+    llmt_buf sum;
 };
 
 int llmt_slicer_create(llmt_slicer **out, llmt_model *model, int32_t micro_batch)
@@ -30,7 +34,27 @@ int llmt_slicer_create(llmt_slicer **out, llmt_model *model, int32_t micro_batch
 
 void llmt_slicer_free(llmt_slicer *s)
 {
+    if (s)
+        llmt_buf_free(s->model->ctx, &s->sum);
     free(s);
+}
+
+int llmt_slicer_set_accumulation(llmt_slicer *s, int32_t accumulation)
+{
+    if (!s)
+        return llmt_fail(LLMT_EINVAL, "llmt_slicer_set_accumulation: slicer is NULL");
+    if (accumulation != LLMT_ACCUMULATE_IN_PLACE && accumulation != LLMT_ACCUMULATE_ORDERED)
+        return llmt_fail(LLMT_EINVAL, "llmt_slicer_set_accumulation: accumulation = %d is not an "
+                         "llmt_accumulation", accumulation);
+    s->accumulation = accumulation;
+    if (accumulation == LLMT_ACCUMULATE_IN_PLACE)
+        llmt_buf_free(s->model->ctx, &s->sum);
+    return LLMT_OK;
+}
+
+int32_t llmt_slicer_accumulation(const llmt_slicer *s)
+{
+    return s ? s->accumulation : -1;
 }
 
 int llmt_slicer_set_micro_batch(llmt_slicer *s, int32_t micro_batch)
@@ -76,17 +100,34 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
             return rc;
     }
     int64_t total = counted(targets, (int64_t)batch * seq_len);
+    /* Ordered: the sum starts as the gradients held now and each
+     * micro-batch's gradient, computed alone, is added to it in order. */
+    const int ordered = s->accumulation == LLMT_ACCUMULATE_ORDERED && b < batch;
+    if (ordered && !s->sum.ptr)
+        LLMT_TRY(llmt_buf_alloc(m->ctx, &s->sum, LLMT_MEM_GRADS, m->grads.bytes,
+                                "ordered gradient sum"));
+    if (ordered)
+        LLMT_TRY(m->ops->copy_on_device(m->dev, s->sum.ptr, m->grads.ptr, m->grads.bytes));
     double loss_sum = 0.0;
     for (int32_t first = 0; first < batch; first += b) {
         int32_t rows = batch - first < b ? batch - first : b;
         int64_t off = (int64_t)first * seq_len;
         double slice_loss = 0.0;
+        if (ordered)
+            LLMT_TRY(llmt_model_zero_grads(m));
         int rc = llmt_model_forward_backward(m, tokens + off, targets + off, rows, seq_len,
                                              grad_scale, total > 0 ? (double)total : 1.0,
                                              &slice_loss);
+        if (!rc && ordered)
+            rc = m->ops->add(m->dev, s->sum.ptr, m->grads.ptr, m->num_params, m->dt);
         if (rc)
             return rc;
         loss_sum += slice_loss * (double)counted(targets + off, (int64_t)rows * seq_len);
+    }
+    if (ordered) { /* the sum becomes the model's gradients */
+        llmt_buf t = m->grads;
+        m->grads = s->sum;
+        s->sum = t;
     }
     if (loss)
         *loss = total > 0 ? loss_sum / (double)total : 0.0;

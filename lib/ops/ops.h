@@ -15,7 +15,7 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 6
+#define LLMT_BACKEND_ABI 7
 
 typedef struct llmt_device llmt_device;
 
@@ -168,6 +168,12 @@ typedef struct llmt_backend_ops {
      * of non-finite (factor g). */
     int (*grad_stats)(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
                       double *sumsq, int64_t *nonfinite, void *scratch);
+    /* Per block of `block` elements of g (the last may be shorter): the sum
+     * of (factor g)^2 in double into host partials[i], and the count of
+     * non-finite (factor g) in all; the same bits for any thread count.
+     * NULL where the backend has none (then no sharded optimizer). */
+    int (*grad_stats_blocks)(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
+                             int64_t block, double *partials, int64_t *nonfinite);
     /* One AdamW update; see llmt_adamw_args. */
     int (*adamw)(llmt_device *dev, const llmt_adamw_args *args);
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
+#include "dist/shard.h"
 #include "optim/optim_internal.h"
 
 void llmt_optimizer_config_init(llmt_optimizer_config *cfg)
@@ -110,6 +111,40 @@ void llmt_optimizer_sizes(int precision, int64_t num_params, size_t *moment_byte
     *master_bytes = mixed ? (size_t)num_params * sizeof(float) : 0;
 }
 
+int llmt_optimizer_alloc_state(llmt_optimizer *o, int64_t first, int64_t end)
+{
+    llmt_model *model = o->model;
+    int precision = model->cfg.precision;
+    o->state_dt = precision == LLMT_PRECISION_BF16_PURE ? LLMT_DTYPE_BF16 : LLMT_DTYPE_F32;
+    o->has_master = precision == LLMT_PRECISION_BF16_MIXED || precision == LLMT_PRECISION_FP16_MIXED;
+    o->first = first;
+    o->end = end;
+    llmt_context *ctx = model->ctx;
+    size_t moment_bytes = 0, master_bytes = 0;
+    llmt_optimizer_sizes(precision, end - first, &moment_bytes, &master_bytes);
+    int rc = llmt_buf_alloc(ctx, &o->m, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW first moment");
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &o->v, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW second moment");
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &o->master, LLMT_MEM_OPTIMIZER, master_bytes,
+                            "fp32 master weights");
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &o->scratch, LLMT_MEM_WORKSPACE, model->ops->optim_scratch_bytes,
+                            "optimizer scratch");
+    if (!rc)
+        rc = model->ops->mem_zero(model->dev, o->m.ptr, o->m.bytes);
+    if (!rc)
+        rc = model->ops->mem_zero(model->dev, o->v.ptr, o->v.bytes);
+    if (!rc && o->master.ptr)
+        rc = model->ops->cast(model->dev, o->master.ptr, LLMT_DTYPE_F32,
+                              llmt_model_at(model, &model->weights, first), model->dt, end - first);
+    size_t blocks = (size_t)((model->num_params + LLMT_SHARD_GRANULE - 1) / LLMT_SHARD_GRANULE);
+    if (!rc && model->ops->grad_stats_blocks && !(o->partials = calloc(blocks + 1, sizeof(double))))
+        rc = llmt_fail(LLMT_ENOMEM, "optimizer: out of host memory");
+    o->weights_epoch = model->weights_epoch;
+    return rc;
+}
+
 int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model, const llmt_optimizer_config *cfg)
 {
     const char *fn = "llmt_optimizer_create";
@@ -129,32 +164,11 @@ int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model, const llmt_op
         return llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
     o->model = model;
     o->cfg = *cfg;
-    int precision = model->cfg.precision;
-    o->state_dt = precision == LLMT_PRECISION_BF16_PURE ? LLMT_DTYPE_BF16 : LLMT_DTYPE_F32;
-    llmt_context *ctx = model->ctx;
-    size_t moment_bytes = 0, master_bytes = 0;
-    llmt_optimizer_sizes(precision, model->num_params, &moment_bytes, &master_bytes);
-    rc = llmt_buf_alloc(ctx, &o->m, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW first moment");
-    if (!rc)
-        rc = llmt_buf_alloc(ctx, &o->v, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW second moment");
-    if (!rc)
-        rc = llmt_buf_alloc(ctx, &o->master, LLMT_MEM_OPTIMIZER, master_bytes,
-                            "fp32 master weights");
-    if (!rc)
-        rc = llmt_buf_alloc(ctx, &o->scratch, LLMT_MEM_WORKSPACE, model->ops->optim_scratch_bytes,
-                            "optimizer scratch");
-    if (!rc)
-        rc = model->ops->mem_zero(model->dev, o->m.ptr, o->m.bytes);
-    if (!rc)
-        rc = model->ops->mem_zero(model->dev, o->v.ptr, o->v.bytes);
-    if (!rc && o->master.ptr)
-        rc = model->ops->cast(model->dev, o->master.ptr, LLMT_DTYPE_F32, model->weights.ptr,
-                              model->dt, model->num_params);
+    rc = llmt_optimizer_alloc_state(o, 0, model->num_params);
     if (rc) {
         llmt_optimizer_free(o);
         return rc;
     }
-    o->weights_epoch = model->weights_epoch;
     *out = o;
     return LLMT_OK;
 }
@@ -168,6 +182,8 @@ void llmt_optimizer_free(llmt_optimizer *o)
     llmt_buf_free(ctx, &o->v);
     llmt_buf_free(ctx, &o->master);
     llmt_buf_free(ctx, &o->scratch);
+    free(o->partials);
+    llmt_optimizer_free_sharded(o);
     free(o);
 }
 
@@ -215,8 +231,9 @@ double llmt_optimizer_lr(const llmt_optimizer *o)
 }
 
 /* Runs AdamW over each maximal run of consecutive tensors sharing a weight
- * decay (norm weights are excluded unless decay_norms). */
-static int update_all(llmt_optimizer *o, float grad_factor, double lr)
+ * decay (norm weights are excluded unless decay_norms), within the range
+ * [first, end) the optimizer updates; g holds element first + i at i. */
+static int update_all(llmt_optimizer *o, const void *g, float grad_factor, double lr)
 {
     const llmt_model *m = o->model;
     int64_t t = o->steps + 1;
@@ -239,21 +256,45 @@ static int update_all(llmt_optimizer *o, float grad_factor, double lr)
         int32_t j = i + 1;
         while (j < m->n_params && (m->params[j].kind != LLMT_PARAM_NORM || o->cfg.decay_norms) == decay)
             j++;
-        int64_t off = m->params[i].offset;
-        a.n = m->params[j - 1].offset + m->params[j - 1].numel - off;
+        int64_t run_end = m->params[j - 1].offset + m->params[j - 1].numel;
+        int64_t off = m->params[i].offset > o->first ? m->params[i].offset : o->first;
+        int64_t end = run_end < o->end ? run_end : o->end;
+        i = j;
+        if (end <= off)
+            continue;
+        int64_t local = off - o->first;
+        a.n = end - off;
         a.w = (char *)m->weights.ptr + (size_t)off * wb;
-        a.g = (const char *)m->grads.ptr + (size_t)off * wb;
-        a.m = (char *)o->m.ptr + (size_t)off * sb;
-        a.v = (char *)o->v.ptr + (size_t)off * sb;
-        a.master = o->master.ptr ? (float *)o->master.ptr + off : NULL;
+        a.g = (const char *)g + (size_t)local * wb;
+        a.m = (char *)o->m.ptr + (size_t)local * sb;
+        a.v = (char *)o->v.ptr + (size_t)local * sb;
+        a.master = o->master.ptr ? (float *)o->master.ptr + local : NULL;
         a.weight_decay = decay ? (float)o->cfg.weight_decay : 0.0f;
         /* Each step draws fresh rounding bits: element e uses value t P + e. */
         a.rng_offset = (uint64_t)o->steps * (uint64_t)m->num_params + (uint64_t)off;
-        int rc = m->ops->adamw(m->dev, &a);
-        if (rc)
-            return rc;
-        i = j;
+        LLMT_TRY(m->ops->adamw(m->dev, &a));
     }
+    return LLMT_OK;
+}
+
+/* The unscaled gradient's sum of squares and non-finite count over all
+ * parameters: per granule (the same bits for any thread count or world
+ * size) where the backend can, else in one pass. */
+static int grad_stats(llmt_optimizer *o, float inv_scale, double *sumsq, int64_t *nonfinite)
+{
+    const llmt_model *m = o->model;
+    if (o->comm)
+        return llmt_optimizer_sharded_stats(o, inv_scale, sumsq, nonfinite);
+    if (!o->partials)
+        return m->ops->grad_stats(m->dev, m->grads.ptr, m->num_params, m->dt, inv_scale, sumsq,
+                                  nonfinite, o->scratch.ptr);
+    LLMT_TRY(m->ops->grad_stats_blocks(m->dev, m->grads.ptr, m->num_params, m->dt, inv_scale,
+                                       LLMT_SHARD_GRANULE, o->partials, nonfinite));
+    int64_t blocks = (m->num_params + LLMT_SHARD_GRANULE - 1) / LLMT_SHARD_GRANULE;
+    double total = 0.0;
+    for (int64_t b = 0; b < blocks; b++) /* in block order: the sharded sum's order */
+        total += o->partials[b];
+    *sumsq = total;
     return LLMT_OK;
 }
 
@@ -268,18 +309,32 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
     const llmt_model *m = o->model;
     /* Weights set or loaded since the master was taken win over it. */
     if (o->master.ptr && o->weights_epoch != m->weights_epoch) {
-        int rc = m->ops->cast(m->dev, o->master.ptr, LLMT_DTYPE_F32, m->weights.ptr, m->dt,
-                              m->num_params);
+        int rc = m->ops->cast(m->dev, o->master.ptr, LLMT_DTYPE_F32,
+                              llmt_model_at(m, &m->weights, o->first), m->dt, o->end - o->first);
         if (rc)
             return rc;
         o->weights_epoch = m->weights_epoch;
     }
+    /* A sharded optimizer outside a trainer: this rank's gradient is its
+     * whole contribution. */
+    if (o->comm && !o->grads_reduced) {
+        uint8_t *all = malloc((size_t)llmt_comm_size(o->comm));
+        if (!all)
+            return llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
+        memset(all, 1, (size_t)llmt_comm_size(o->comm));
+        int rc = llmt_optimizer_reduce_begin(o);
+        if (!rc)
+            rc = llmt_optimizer_reduce_round(o, all);
+        free(all);
+        if (rc)
+            return rc;
+    }
+    o->grads_reduced = 0;
     double scale = scaler ? llmt_loss_scaler_scale(scaler) : 1.0;
     float inv_scale = (float)(1.0 / scale);
     double sumsq = 0.0;
     int64_t nonfinite = 0;
-    int rc = m->ops->grad_stats(m->dev, m->grads.ptr, m->num_params, m->dt, inv_scale, &sumsq,
-                                &nonfinite, o->scratch.ptr);
+    int rc = grad_stats(o, inv_scale, &sumsq, &nonfinite);
     if (rc)
         return rc;
     double lr = llmt_schedule_lr(&o->cfg, o->steps);
@@ -287,7 +342,10 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
     if (!nonfinite) {
         /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1. */
         double coef = o->cfg.grad_clip > 0.0 ? o->cfg.grad_clip / (norm + 1e-6) : 1.0;
-        rc = update_all(o, (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0)), lr);
+        const void *g = o->comm ? o->grad_sum.ptr : m->grads.ptr;
+        rc = update_all(o, g, (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0)), lr);
+        if (!rc && o->comm)
+            rc = llmt_optimizer_gather_weights(o);
         if (rc)
             return rc;
         o->steps++;
@@ -324,7 +382,7 @@ int32_t llmt_optimizer_state_dtype(const llmt_optimizer *o, int kind)
     switch (kind) {
     case LLMT_OPT_STATE_EXP_AVG:
     case LLMT_OPT_STATE_EXP_AVG_SQ: return o->state_dt;
-    case LLMT_OPT_STATE_MASTER: return o->master.ptr ? LLMT_DTYPE_F32 : -1;
+    case LLMT_OPT_STATE_MASTER: return o->has_master ? LLMT_DTYPE_F32 : -1;
     default: return -1;
     }
 }
@@ -341,7 +399,7 @@ static const llmt_buf *state_buf(const llmt_optimizer *o, const char *fn, int ki
         *dt = o->state_dt;
         return kind == LLMT_OPT_STATE_EXP_AVG ? &o->m : &o->v;
     }
-    if (kind == LLMT_OPT_STATE_MASTER && o->master.ptr) {
+    if (kind == LLMT_OPT_STATE_MASTER && o->has_master) {
         *dt = LLMT_DTYPE_F32;
         return &o->master;
     }
@@ -358,7 +416,17 @@ int llmt_optimizer_get_state(const llmt_optimizer *o, int kind, const char *name
     const char *fn = "llmt_optimizer_get_state";
     int dt = 0, rc = LLMT_OK;
     const llmt_buf *b = state_buf(o, fn, kind, &dt, &rc);
-    return b ? llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, out, count, 0) : rc;
+    if (!b)
+        return rc;
+    if (!o->comm)
+        return llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, out, count, 0);
+    const llmt_param *p = llmt_model_find_param(o->model, fn, name);
+    if (!p)
+        return name ? LLMT_ENOTFOUND : LLMT_EINVAL; /* the message is set */
+    if (!out || count != (size_t)p->numel)
+        return llmt_fail(LLMT_EINVAL, "%s: %s: out is NULL or count = %zu is not its %lld elements",
+                         fn, name, count, (long long)p->numel);
+    return llmt_optimizer_gather_tensor((llmt_optimizer *)o, b->ptr, dt, p->offset, p->numel, out);
 }
 
 int llmt_optimizer_set_state(llmt_optimizer *o, int kind, const char *name, const float *in,
@@ -367,5 +435,28 @@ int llmt_optimizer_set_state(llmt_optimizer *o, int kind, const char *name, cons
     const char *fn = "llmt_optimizer_set_state";
     int dt = 0, rc = LLMT_OK;
     const llmt_buf *b = state_buf(o, fn, kind, &dt, &rc);
-    return b ? llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, (void *)in, count, 1) : rc;
+    if (!b)
+        return rc;
+    if (!o->comm)
+        return llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, (void *)in, count, 1);
+    const llmt_param *p = llmt_model_find_param(o->model, fn, name);
+    if (!p)
+        return name ? LLMT_ENOTFOUND : LLMT_EINVAL; /* the message is set */
+    if (!in || count != (size_t)p->numel)
+        return llmt_fail(LLMT_EINVAL, "%s: %s: in is NULL or count = %zu is not its %lld elements",
+                         fn, name, count, (long long)p->numel);
+    int64_t a = p->offset > o->first ? p->offset : o->first;
+    int64_t e = p->offset + p->numel < o->end ? p->offset + p->numel : o->end;
+    return e > a ? llmt_transfer_in(o->model, b->ptr, dt, a - o->first, in + (a - p->offset), e - a)
+                 : LLMT_OK;
+}
+
+int llmt_optimizer_shard(const llmt_optimizer *o, int64_t *first, int64_t *end)
+{
+    if (!o || !first || !end)
+        return llmt_fail(LLMT_EINVAL, "llmt_optimizer_shard: %s is NULL",
+                         !o ? "opt" : !first ? "first" : "end");
+    *first = o->first;
+    *end = o->end;
+    return LLMT_OK;
 }

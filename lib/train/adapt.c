@@ -6,6 +6,7 @@
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
 
 static double mib(uint64_t b)
@@ -75,6 +76,12 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     uint64_t budget = ms.budget ? ms.budget : ms.device_total;
     uint64_t in_use = ms.total_current; /* the arena is released */
     uint64_t room = budget > in_use ? budget - in_use : 0;
+    llmt_comm *comm = tr->parts.optimizer->comm;
+    if (comm) { /* every rank takes the smallest room, so all choose alike */
+        int64_t least_room = -(int64_t)room;
+        LLMT_TRY(llmt_comm_allreduce_i64(comm, "memory room", &least_room, 1, LLMT_COMM_MAX));
+        room = (uint64_t)-least_room;
+    }
     int64_t k = -1;
     LLMT_TRY(llmt_controller_find(c, 0, room, &k));
     char from[256], to[256];

@@ -46,6 +46,8 @@ static const char *const precision_names[] = {"fp32", "bf16_mixed", "fp16_mixed"
 static const char *const schedule_names[] = {"constant", "cosine", "linear", NULL};
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
+static const char *const reduce_names[] = {"deterministic", "fast", NULL};
+static const char *const accumulation_names[] = {"in_place", "ordered", NULL};
 
 #define OFF(f) offsetof(llmt_train_config, f)
 #define BIG 1e15
@@ -89,6 +91,7 @@ static const field fields[] = {
     {"batch", "batch_size", K_I32, OFF(batch_size), 1, 1 << 20, NULL},
     {"batch", "micro_batch", K_I32, OFF(micro_batch), 1, 1 << 20, NULL},
     {"batch", "seq_len", K_I32, OFF(seq_len), 1, 1 << 20, NULL},
+    {"batch", "accumulation", K_ENUM, OFF(accumulation), 0, 1, accumulation_names},
     {"data", "train", K_PATH, OFF(train_data), 0, 0, NULL},
     {"data", "val", K_PATH, OFF(val_data), 0, 0, NULL},
     {"data", "shuffle", K_BOOL, OFF(shuffle), 0, 1, NULL},
@@ -111,6 +114,7 @@ static const field fields[] = {
     {"memory", "budget", K_BYTES, OFF(memory_budget), 0, 1.8e19, NULL},
     {"memory", "threshold", K_F64, OFF(memory_threshold), 0.05, 1, NULL},
     {"memory", "adaptive", K_BOOL, OFF(adaptive), 0, 1, NULL},
+    {"dist", "reduce", K_ENUM, OFF(dist_reduce), 0, 1, reduce_names},
 };
 #define FIELD_COUNT (sizeof fields / sizeof fields[0])
 

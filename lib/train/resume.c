@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
 #include "util/json.h"
 
@@ -26,7 +27,7 @@ void llmt_trainer_fill_state(llmt_trainer *tr, llmt_train_state *st, char *blob,
 }
 
 /* Restores the controller from a blob written by llmt_trainer_fill_state. */
-static int restore_blob(llmt_trainer *tr, const char *blob, size_t len)
+int llmt_trainer_restore_blob(llmt_trainer *tr, const char *blob, size_t len)
 {
     const llmt_json_limits lim = {2, len, 64, 16};
     llmt_json *root = NULL;
@@ -51,11 +52,11 @@ static int restore_blob(llmt_trainer *tr, const char *blob, size_t len)
     return LLMT_OK;
 }
 
-int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
+int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *step, char *blob,
+                             size_t cap, size_t *blob_len)
 {
-    if (!tr || !step)
-        return llmt_fail(LLMT_EINVAL, "llmt_trainer_resume_latest: %s is NULL", tr ? "step" : "tr");
     *step = -1;
+    *blob_len = 0;
     if (!tr->parts.store)
         return llmt_fail(LLMT_ESTATE, "llmt_trainer_resume_latest: the trainer has no store");
     int64_t found = -1;
@@ -69,11 +70,12 @@ int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
     if (rc) /* LLMT_ECORRUPT: checkpoints, none usable; the message names each and why */
         return llmt_fail_prefix(rc, "llmt_trainer_resume_latest");
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
-    char blob[256];
-    llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
-    size_t blob_len = 0;
-    LLMT_TRY(llmt_ckpt_load(tr->parts.store, found, tier, &st, blob, sizeof blob - 1, &blob_len));
-    LLMT_TRY(restore_blob(tr, blob, blob_len));
+    char own_blob[256];
+    llmt_trainer_fill_state(tr, &st, own_blob, sizeof own_blob);
+    st.optimizer = opt;
+    LLMT_TRY(llmt_ckpt_load(tr->parts.store, found, tier, &st, blob, cap - 1, blob_len));
+    blob[*blob_len] = '\0';
+    LLMT_TRY(llmt_trainer_restore_blob(tr, blob, *blob_len));
     tr->step = st.step;
     tr->tokens_seen = st.tokens_seen;
     tr->saved[tier] = found; /* its state is this checkpoint: no need to save it again */
@@ -81,4 +83,16 @@ int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
                      tier ? "fast" : "durable");
     *step = found;
     return LLMT_OK;
+}
+
+int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
+{
+    if (!tr || !step)
+        return llmt_fail(LLMT_EINVAL, "llmt_trainer_resume_latest: %s is NULL", tr ? "step" : "tr");
+    *step = -1;
+    if (tr->parts.optimizer->comm)
+        return llmt_trainer_dist_resume(tr, step);
+    char blob[256];
+    size_t blob_len = 0;
+    return llmt_trainer_resume_into(tr, tr->parts.optimizer, step, blob, sizeof blob, &blob_len);
 }

@@ -11,6 +11,7 @@
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "data/loader_internal.h"
+#include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
 #include "util/json.h"
 
@@ -80,8 +81,11 @@ static int check_parts(const llmt_trainer_parts *p, const llmt_trainer_config *c
         return llmt_fail(LLMT_EINVAL, "%s: cfg->memory_threshold = %g, hysteresis = %g, "
                          "relax_window = %d (need 0 < hysteresis < threshold <= 1, window >= 1)",
                          fn, c->memory_threshold, c->hysteresis, c->relax_window);
+    /* In a data-parallel run only rank 0 holds the store. */
+    const llmt_comm *comm = p->optimizer->comm;
+    int needs_store = !comm || llmt_comm_rank(comm) == 0;
     if ((c->eval_every && !p->eval_loader) ||
-        ((c->checkpoint_every || c->fast_checkpoint_every) && !p->store))
+        ((c->checkpoint_every || c->fast_checkpoint_every) && !p->store && needs_store))
         return llmt_fail(LLMT_EINVAL, "%s: %s", fn, c->eval_every && !p->eval_loader
                                                         ? "cfg->eval_every needs parts->eval_loader"
                                                         : "checkpoints need parts->store");
@@ -101,12 +105,15 @@ int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
     }
     if (!cfg)
         cfg = &defaults;
+    /* With a sharded optimizer creation is collective: every exit agrees. */
+    llmt_comm *comm = parts->version == LLMT_TRAINER_PARTS_VERSION && parts->optimizer
+                          ? parts->optimizer->comm : NULL;
     int rc = check_parts(parts, cfg);
+    llmt_trainer *tr = rc ? NULL : calloc(1, sizeof *tr);
+    if (!rc && !tr)
+        rc = llmt_fail(LLMT_ENOMEM, "llmt_trainer_create: out of host memory");
     if (rc)
-        return rc;
-    llmt_trainer *tr = calloc(1, sizeof *tr);
-    if (!tr)
-        return llmt_fail(LLMT_ENOMEM, "llmt_trainer_create: out of host memory");
+        return comm ? llmt_comm_agree(comm, rc) : rc;
     tr->parts = *parts;
     tr->cfg = *cfg;
     tr->ctx = parts->model->ctx;
@@ -131,6 +138,13 @@ int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
         llmt_controller_init(&tr->ctl, m, cfg->batch_size, cfg->seq_len, m->rc_flags[0],
                              llmt_slicer_micro_batch(parts->slicer));
         rc = llmt_controller_apply(&tr->ctl, tr->ctl.base, parts->recompute, parts->slicer);
+    }
+    if (comm) { /* the ranks must run the same steps over the same data */
+        rc = llmt_comm_agree(comm, rc);
+        if (!rc)
+            rc = llmt_comm_check_same(comm, "the trainer's configuration (batch, micro-batch, "
+                                      "recompute, schedule of evaluations and checkpoints) or "
+                                      "the data position", llmt_trainer_dist_hash(tr));
     }
     if (rc) {
         llmt_trainer_free(tr);
@@ -188,6 +202,14 @@ llmt_context *llmt_trainer_context(const llmt_trainer *tr)
     return tr ? tr->ctx : NULL;
 }
 
+/* A status every rank of a data-parallel run learns (a rank that failed
+ * alone would leave the others waiting in the next collective). */
+static int agreed(llmt_trainer *tr, int rc)
+{
+    llmt_comm *comm = tr->parts.optimizer->comm;
+    return comm ? llmt_comm_agree(comm, rc) : rc;
+}
+
 /* The capacity the monitor measures against. */
 static uint64_t capacity(const llmt_trainer *tr, const llmt_memory_stats *s)
 {
@@ -202,11 +224,18 @@ static int forward_backward(llmt_trainer *tr, double scale, double *loss, int32_
     const int32_t B = tr->cfg.batch_size, T = tr->cfg.seq_len;
     for (*retries = 0;; (*retries)++) {
         LLMT_TRY(llmt_model_zero_grads(p->model));
-        int rc = p->slicer ? llmt_slicer_forward_backward(p->slicer, tr->tokens, tr->targets, B, T,
-                                                          scale, loss)
-                           : llmt_model_forward_backward(p->model, tr->tokens, tr->targets, B, T,
-                                                         scale, 0.0, loss);
-        if (rc != LLMT_ENOMEM || !tr->cfg.adaptive)
+        /* In a data-parallel run every rank learns that one ran out of
+         * memory, and all escalate alike (the same plan on each). */
+        int failed = LLMT_OK;
+        int rc = p->optimizer->comm
+                     ? llmt_trainer_dist_forward_backward(tr, scale, loss, &failed)
+                 : p->slicer ? llmt_slicer_forward_backward(p->slicer, tr->tokens, tr->targets, B,
+                                                            T, scale, loss)
+                             : llmt_model_forward_backward(p->model, tr->tokens, tr->targets, B, T,
+                                                           scale, 0.0, loss);
+        if (!p->optimizer->comm)
+            failed = rc;
+        if (failed != LLMT_ENOMEM || !tr->cfg.adaptive)
             return rc;
         /* Partial gradients are discarded (zeroed on the next attempt), the
          * arena freed, and the controller picks a notch that fits. */
@@ -268,6 +297,8 @@ static int join_save(llmt_trainer *tr)
  * returned rather than taken for "does not fit". */
 static int save_tier(llmt_trainer *tr, int32_t tier, int async)
 {
+    if (tr->parts.optimizer->comm)
+        return llmt_trainer_dist_save(tr, tier); /* synchronous */
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
     char blob[256];
     llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
@@ -288,6 +319,16 @@ static int save_tier(llmt_trainer *tr, int32_t tier, int async)
 
 int llmt_trainer_save(llmt_trainer *tr, int32_t tier)
 {
+    if (tr && tr->parts.optimizer->comm) {
+        if (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST)
+            return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: tier = %d is not a tier", tier);
+        /* Rank 0 decides, as below, whether the step is saved already. */
+        llmt_ckpt_store *st = tr->parts.store;
+        int64_t done = st && tr->saved[tier] == tr->step && llmt_ckpt_committed(st, tier) == tr->step;
+        LLMT_TRY(llmt_comm_broadcast(tr->parts.optimizer->comm, "llmt_trainer_save", &done,
+                                     sizeof done, 0));
+        return done ? LLMT_OK : save_tier(tr, tier, 0);
+    }
     if (!tr || !tr->parts.store)
         return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: %s", tr ? "the trainer has no store"
                                                                   : "tr is NULL");
@@ -319,7 +360,8 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
     r.version = LLMT_STEP_REPORT_VERSION;
     r.eval_loss = NAN;
     LLMT_TRY(llmt_context_reset_peak(tr->ctx));
-    LLMT_TRY(llmt_loader_next(p->loader, tr->tokens, tr->targets, (size_t)B * (size_t)T));
+    LLMT_TRY(agreed(tr, llmt_loader_next(p->loader, tr->tokens, tr->targets,
+                                         (size_t)B * (size_t)T)));
     double scale = p->scaler ? llmt_loss_scaler_scale(p->scaler) : 1.0;
     LLMT_TRY(forward_backward(tr, scale, &r.loss, &r.retries));
     /* The layout that ran the step: read after the retries, which change it. */
@@ -339,12 +381,14 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
     LLMT_TRY(llmt_context_memory_stats(tr->ctx, &ms));
     r.capacity = capacity(tr, &ms);
     r.mem_peak = ms.total_peak;
-    r.mem_ratio = r.capacity ? (double)ms.total_peak / (double)r.capacity : 0.0;
+    if (p->optimizer->comm) /* the controller decides alike on every rank */
+        LLMT_TRY(llmt_trainer_dist_memory(tr, &r.mem_peak, &r.capacity));
+    r.mem_ratio = r.capacity ? (double)r.mem_peak / (double)r.capacity : 0.0;
     if (tr->cfg.adaptive && r.capacity)
-        LLMT_TRY(llmt_trainer_adapt(tr, ms.total_peak, r.capacity));
+        LLMT_TRY(llmt_trainer_adapt(tr, r.mem_peak, r.capacity));
 
     if (tr->cfg.eval_every && tr->step % tr->cfg.eval_every == 0)
-        LLMT_TRY(llmt_trainer_evaluate(tr, &r.eval_loss));
+        LLMT_TRY(agreed(tr, llmt_trainer_evaluate(tr, &r.eval_loss)));
     if (tr->cfg.fast_checkpoint_every && tr->step % tr->cfg.fast_checkpoint_every == 0) {
         LLMT_TRY(save_tier(tr, LLMT_CKPT_FAST, tr->cfg.checkpoint_async));
         r.checkpointed |= 1 << LLMT_CKPT_FAST;
@@ -377,7 +421,10 @@ int llmt_trainer_run(llmt_trainer *tr, int64_t steps)
         memset(&r, 0, sizeof r);
         r.version = LLMT_STEP_REPORT_VERSION;
         LLMT_TRY(llmt_trainer_step(tr, &r));
-        if (tr->callback && tr->callback(tr->callback_user, &r))
+        int stop = tr->callback && tr->callback(tr->callback_user, &r);
+        if (tr->parts.optimizer->comm) /* one rank's stop stops them all */
+            LLMT_TRY(llmt_trainer_dist_any(tr, &stop));
+        if (stop)
             break;
     }
     return LLMT_OK;

@@ -52,6 +52,36 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why);
  * user blob written into blob (cap bytes). */
 void llmt_trainer_fill_state(llmt_trainer *tr, llmt_train_state *st, char *blob, size_t cap);
 
+/* Restores the controller from a blob written by llmt_trainer_fill_state. */
+int llmt_trainer_restore_blob(llmt_trainer *tr, const char *blob, size_t len);
+
+/* Loads the newest valid checkpoint of the trainer's store into its parts,
+ * with the optimizer state into opt; the trainer's blob lands in blob (cap
+ * bytes, NUL-terminated, *blob_len without the NUL). *step as
+ * llmt_trainer_resume_latest. */
+int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *step, char *blob,
+                             size_t cap, size_t *blob_len);
+
+/* Data-parallel (dist.c, dist_ckpt.c), when the optimizer is sharded.
+ * Forward and backward of the loaded batch across the ranks, the gradients
+ * reduced to their owners; *failed receives the lowest failed rank's status
+ * (so every rank sees an LLMT_ENOMEM there). */
+int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *loss, int *failed);
+/* A hash of what the ranks must agree on to run the same steps: the
+ * trainer's configuration, micro-batch, recompute flags, data positions. */
+uint64_t llmt_trainer_dist_hash(const llmt_trainer *tr);
+/* Replaces *peak by the largest of the ranks' peaks and *capacity by the
+ * smallest capacity, so the controller decides alike on every rank. */
+int llmt_trainer_dist_memory(llmt_trainer *tr, uint64_t *peak, uint64_t *capacity);
+/* Sets *flag to 1 on every rank when any rank's is nonzero. */
+int llmt_trainer_dist_any(llmt_trainer *tr, int *flag);
+/* llmt_trainer_save's work across the ranks: rank 0 saves, with the
+ * optimizer state gathered to it; the ranks agree on the outcome. */
+int llmt_trainer_dist_save(llmt_trainer *tr, int32_t tier);
+/* llmt_trainer_resume_latest across the ranks: rank 0 loads and hands each
+ * rank the weights, its optimizer range and the run's position. */
+int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step);
+
 /* Frees the parts a configured trainer owns. */
 void llmt_trainer_free_owned(llmt_trainer *tr);
 

@@ -18,6 +18,8 @@
 #   ops         test_ops_cuda: every op on CUDA against the CPU, twice
 #   model       test_cuda_model: gradients, training, determinism, recompute
 #               and slicing bit-identity, safetensors through pinned staging
+#   nccl-world1 gpu_nccl_world1: an NCCL communicator of one rank, every
+#               collective on device buffers (tests/gpu/test_nccl_world1.c)
 #   memcheck    compute-sanitizer memcheck over the op tests (small shapes)
 #   bench       bench_gpu_step on the ~1B LLaMA, T=2048, BF16_MIXED
 #   torch       the same model and batch in PyTorch (torch_side_by_side.py)
@@ -27,7 +29,7 @@
 # LLMT_REQUIRE_CUDA=1 throughout: a CUDA test or the benchmark that cannot
 # open a device FAILS instead of skipping, so nothing passes without the GPU.
 # When the op tests find no device, the later GPU stages are recorded as not
-# run. Offload and world-size-1 NCCL are listed as "not built yet".
+# run. Offload is listed as "not built yet".
 #
 #   tests/gpu/run.sh [--build-only] [build-dir]      (default build/gpu)
 #
@@ -226,6 +228,16 @@ print(next(iter(sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/*/lib
         host cublaslt_source "pip wheel: $wheel_lt"
     fi
 fi
+# NCCL (dlopened by the plugin, not linked) from the nvidia-nccl pip wheel
+# when the toolkit has none: its nccl.h, and its lib/ in the plugin's RUNPATH.
+if ! ls "$toolkit"/lib*/libnccl.so.2 "$toolkit"/targets/*/lib/libnccl.so.2 >/dev/null 2>&1; then
+    wheel_nccl=$(python3 -c 'import glob, nvidia
+print(next(iter(sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/nccl/lib/libnccl.so.2"))), ""))' 2>/dev/null)
+    if [ -n "$wheel_nccl" ]; then
+        cmake_cuda+=(-DNCCL_LIBRARY="$wheel_nccl" -DNCCL_INCLUDE_DIR="$(dirname "$(dirname "$wheel_nccl")")/include")
+        host nccl_source "pip wheel: $wheel_nccl"
+    fi
+fi
 generator=() # Ninja where there is one, unless the build directory has another
 [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null && generator=(-G Ninja)
 # The CUDA plugin is built where nvcc is, and always outside --build-only
@@ -292,6 +304,7 @@ fi
 backend_line=$(grep -m1 -o 'CUDA backend: plugin .*' "$build/stage-ops.log" | cut -c15-)
 [ -n "$backend_line" ] && host cuda_backend "$backend_line"
 gpu_stage model 200 ctest --test-dir "$build" -V --timeout 190 -R '^test_cuda_model$'
+gpu_stage nccl-world1 60 ctest --test-dir "$build" -V --timeout 50 -R '^gpu_nccl_world1$'
 
 sanitizer=$(command -v compute-sanitizer || echo "$toolkit/bin/compute-sanitizer")
 # shellcheck disable=SC2317
@@ -312,7 +325,7 @@ gpu_stage racecheck 120 bash -c 'sanitize racecheck --racecheck-report hazard'
 # the check of prepare.sh, which runs where the .debs are fetched. The
 # Python binding's tests run under /usr/bin/python3 (tests/CMakeLists.txt):
 # left out, and said so, only where that interpreter has no pytest.
-exclude='test_ops_cuda|test_cuda_model|gpu_require_cuda|gpu_prepare_no_lists'
+exclude='test_ops_cuda|test_cuda_model|gpu_nccl_world1|gpu_require_cuda|gpu_prepare_no_lists'
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
     exclude+='|python_binding'
     stage_note="python_binding not run: /usr/bin/python3 has no pytest"
@@ -321,5 +334,4 @@ run_stage suite 400 ctest --test-dir "$build" --output-on-failure -j"$((jobs < 8
     --timeout 200 -E "^($exclude)\$"
 
 record offload "not built yet" 0 "no offload in libllmt yet: nothing to check"
-record nccl-world1 "not built yet" 0 "no NCCL / multi-GPU support in libllmt yet: nothing to check"
 finish

@@ -5,7 +5,8 @@
 # checked against the LLaMA formula; the budget fit searches precisions
 # (checked against the tool's own table) unless --precision pins one;
 # --backend cuda plans without a device where the CUDA plugin is built, and
-# says the build has none where it is not.
+# says the build has none where it is not; --world N plans one rank of a
+# ZeRO-1 run (checked against the sharding rule by hand), --rank R another.
 # Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
 set -eu
 tool=$1
@@ -63,6 +64,14 @@ usage_error --preset tiny -- --preset tiny
 usage_error --preset --config -- --preset small --config x.yaml
 usage_error --stesp -- --preset small --stesp 3
 usage_error "--seq 5000" max_seq_len -- --config "$src/examples/configs/100m.yaml" --seq 5000
+usage_error "--world 0" -- --preset small --world 0
+usage_error "--world -8" -- --preset small --world -8
+usage_error "--world 65537" -- --preset small --world 65537
+usage_error "--world 8x" -- --preset small --world 8x
+usage_error "--world 1e3" -- --preset small --world 1e3
+usage_error "--rank 2" "needs --world" -- --preset small --rank 2
+usage_error "--rank 8" "--world 8" -- --preset small --world 8 --rank 8
+usage_error "--rank -1" -- --preset small --world 8 --rank -1
 
 # The parameter count of preset small (vocab 8192, hidden 512, 8 layers, 8
 # heads of 64, 8 kv heads, ffn 1408, untied): embedding and LM head, per layer
@@ -110,6 +119,41 @@ run --preset small --seq 256 --budget 1GiB --precision bf16_pure
 [ "$status" = 0 ] || fail "--precision bf16_pure --budget 1GiB: exit $status"
 grep -q "budget 1.00 GiB: bf16_pure, micro-batch 1 with recompute none fits" "$tmp/out" ||
     fail "--precision bf16_pure: $(tail -2 "$tmp/out")"
+
+# --world 8: LLaMA-7B's rank with the most of its 6738415616 parameters in
+# granules of 4096 split floor(G r / 8), in bf16_mixed: weights 2 bytes per
+# parameter, gradients 2 plus 2 per owned element (the owner's sum), AdamW
+# 12 per owned element; activations as in one process.
+P=6738415616
+G=$(((P + 4095) / 4096))
+best=-1 most=-1 first=0 end=0
+for r in 0 1 2 3 4 5 6 7; do
+    a=$((G * r / 8 * 4096)) b=$((G * (r + 1) / 8 * 4096))
+    [ "$b" -le "$P" ] || b=$P
+    if [ $((b - a)) -gt "$most" ]; then best=$r most=$((b - a)) first=$a end=$b; fi
+done
+run --preset llama-7b --world 8 --precision bf16_mixed
+[ "$status" = 0 ] || fail "--world 8: exit $status: $(cat "$tmp/err")"
+head="per rank, 8 ranks (ZeRO-1): rank"
+line="$head $best, the largest, holds AdamW state for parameters [$first, $end) ($most)"
+grep -qxF "$line" "$tmp/out" || fail "--world 8: not rank $best [$first, $end): $(cat "$tmp/out")"
+want=$(awk -v p="$P" -v o="$most" 'BEGIN { g = 1073741824
+    printf "%9.2f %9.2f %9.2f", 2 * p / g, (2 * p + 2 * o) / g, 12 * o / g }')
+grep -qF "bf16_mixed  none               $want" "$tmp/out" ||
+    fail "--world 8: params, grads, optimizer not $want: $(cat "$tmp/out")"
+grep '^bf16_mixed' "$tmp/out" | awk '{ print $2, $6 }' > "$tmp/ranked"
+run --preset llama-7b --precision bf16_mixed
+grep '^bf16_mixed' "$tmp/out" | awk '{ print $2, $6 }' > "$tmp/single"
+cmp -s "$tmp/ranked" "$tmp/single" || fail "--world 8 changed the activations"
+run --preset llama-7b --world 8 --rank 0 --precision bf16_mixed
+n0=$((G / 8 * 4096))
+grep -qxF "$head 0 holds AdamW state for parameters [0, $n0) ($n0)" "$tmp/out" ||
+    fail "--rank 0: $(sed -n 2p "$tmp/out")"
+run --preset llama-7b --world 8 --budget 40GiB
+[ "$status" = 0 ] || fail "--world 8 --budget 40GiB: exit $status: $(cat "$tmp/err")"
+want=$(expected_fit 40 < "$tmp/out")
+grep -qF "budget 40.00 GiB per rank: $want" "$tmp/out" ||
+    fail "per rank: not '$want': $(tail -5 "$tmp/out")"
 
 # CUDA: arithmetic only, so no GPU or driver is needed.
 run --preset small --seq 256 --backend cuda

@@ -4,6 +4,7 @@
  * at create; the LLMT_EBUSY status string. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,29 @@ static int teardown(void **state)
 {
     (void)state;
     return llmt_remove_tree(root);
+}
+
+/* llmt_comm_ops_init gives the _INIT values, which llmt_comm_create
+ * refuses by name until the callbacks are set. */
+static void test_comm_ops_init(void **state)
+{
+    (void)state;
+    llmt_comm_ops ops;
+    memset(&ops, 0xab, sizeof ops);
+    llmt_comm_ops_init(&ops);
+    const llmt_comm_ops defaults = LLMT_COMM_OPS_INIT;
+    assert_int_equal(ops.version, LLMT_COMM_OPS_VERSION);
+    assert_int_equal(ops.rank, 0);
+    assert_int_equal(ops.size, 1);
+    assert_null(ops.user);
+    assert_null(ops.alltoallv);
+    assert_null(ops.barrier);
+    assert_int_equal(ops.size, defaults.size);
+    llmt_comm *comm = NULL;
+    assert_int_equal(llmt_comm_create(&comm, &ops), LLMT_EINVAL);
+    assert_non_null(strstr(llmt_error_last(), "ops->alltoallv is NULL"));
+    assert_null(comm);
+    llmt_comm_ops_init(NULL); /* accepted */
 }
 
 static void test_context_null_config(void **state)
@@ -138,6 +162,7 @@ static void test_busy_status_string(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_comm_ops_init),
         cmocka_unit_test(test_context_null_config),
         cmocka_unit_test(test_store_null_config),
         cmocka_unit_test(test_loader_null_config_refused),

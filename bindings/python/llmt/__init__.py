@@ -18,11 +18,12 @@ from ._lib import lib as _c
 from ._lib import path as library_path
 from ._structs import BYTE_VOCAB, TOKEN_EOT
 from .checkpoint import CheckpointStore, Latest, Loaded
+from .comm import Comm
 from .config import TrainConfig
 from .context import CATEGORIES, Context, RngState
 from .data import (Loader, LoaderState, TokenizeReport, byte_decode, byte_encode, shard_write,
                    tokenize_files)
-from .errors import (Busy, ConfigWarning, CorruptData, CudaError, InvalidArgument, IOFailure,
+from .errors import (Busy, CommError, ConfigWarning, CorruptData, CudaError, InvalidArgument, IOFailure,
                      LlmtError, NotFound, OutOfMemory, StateError, Unsupported, VersionError)
 from .generate import Generator, decode_bytes, generate
 from .model import Model, Recompute, Slicer
@@ -35,7 +36,7 @@ __version__ = "0.1.0"
 library_version = _c.llmt_version_string().decode()
 
 __all__ = [
-    "BYTE_VOCAB", "Busy", "CATEGORIES", "CheckpointStore", "ConfigWarning", "Context", "CorruptData",
+    "BYTE_VOCAB", "Busy", "CATEGORIES", "Comm", "CommError", "CheckpointStore", "ConfigWarning", "Context", "CorruptData",
     "CudaError", "Generator", "IOFailure", "InvalidArgument", "Latest", "LlmtError", "Loaded", "Loader",
     "LoaderState", "LossScaler", "LossScalerState", "Model", "NotFound", "Optimizer",
     "OutOfMemory", "Plan", "Recompute", "RngState", "Slicer", "StateError", "StepReport",

@@ -20,6 +20,7 @@ import ctypes.util
 import glob
 import os
 import subprocess
+import threading
 from ctypes import (POINTER, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint32, c_uint64, c_void_p)
 
@@ -142,6 +143,7 @@ CTX, MODEL, SCALER, OPT = (_p(S.llmt_context), _p(S.llmt_model), _p(S.llmt_loss_
                            _p(S.llmt_optimizer))
 RC, SLICER, LOADER, STORE, TRAINER = (_p(S.llmt_recompute), _p(S.llmt_slicer), _p(S.llmt_loader),
                                       _p(S.llmt_ckpt_store), _p(S.llmt_trainer))
+COMM = _p(S.llmt_comm)
 I32P, I64P, F32P, F64P, SIZEP = _p(c_int32), _p(c_int64), _p(c_float), _p(c_double), _p(c_size_t)
 
 # name: (result, [arguments]), in the order of the headers.
@@ -154,6 +156,17 @@ FUNCTIONS = {
     "llmt_dtype_name": (c_char_p, [c_int]),
     "llmt_version_number": (c_uint32, []),
     "llmt_version_string": (c_char_p, []),
+    # comm.h
+    "llmt_comm_ops_init": (None, [_p(S.llmt_comm_ops)]),
+    "llmt_comm_create": (STATUS, [_pp(S.llmt_comm), _p(S.llmt_comm_ops)]),
+    "llmt_comm_free": (None, [COMM]),
+    "llmt_comm_rank": (c_int32, [COMM]),
+    "llmt_comm_size": (c_int32, [COMM]),
+    "llmt_comm_bytes_sent": (c_int64, [COMM]),
+    "llmt_comm_check_same": (STATUS, [COMM, c_char_p, c_uint64]),
+    "llmt_comm_agree": (STATUS, [COMM, c_int]),
+    "llmt_comm_nccl_unique_id": (STATUS, [CTX, c_void_p]),
+    "llmt_comm_create_nccl": (STATUS, [_pp(S.llmt_comm), CTX, c_void_p, c_int32, c_int32]),
     # context.h
     "llmt_mem_category_name": (c_char_p, [c_int]),
     "llmt_context_config_init": (None, [_p(S.llmt_context_config)]),
@@ -216,6 +229,9 @@ FUNCTIONS = {
     # optimizer.h
     "llmt_optimizer_config_init": (None, [_p(S.llmt_optimizer_config)]),
     "llmt_optimizer_create": (STATUS, [_pp(S.llmt_optimizer), MODEL, _p(S.llmt_optimizer_config)]),
+    "llmt_optimizer_create_sharded": (STATUS, [_pp(S.llmt_optimizer), MODEL,
+                                               _p(S.llmt_optimizer_config), COMM, c_int32]),
+    "llmt_optimizer_shard": (STATUS, [OPT, I64P, I64P]),
     "llmt_optimizer_free": (None, [OPT]),
     "llmt_optimizer_set": (STATUS, [OPT, c_int, c_double]),
     "llmt_optimizer_get": (STATUS, [OPT, c_int, F64P]),
@@ -238,6 +254,8 @@ FUNCTIONS = {
     "llmt_slicer_free": (None, [SLICER]),
     "llmt_slicer_set_micro_batch": (STATUS, [SLICER, c_int32]),
     "llmt_slicer_micro_batch": (c_int32, [SLICER]),
+    "llmt_slicer_set_accumulation": (STATUS, [SLICER, c_int32]),
+    "llmt_slicer_accumulation": (c_int32, [SLICER]),
     "llmt_slicer_forward_backward": (STATUS, [SLICER, I32P, I32P, c_int32, c_int32, c_double,
                                               F64P]),
     # plan.h
@@ -262,6 +280,8 @@ FUNCTIONS = {
                                      _p(S.llmt_trainer_config)]),
     "llmt_trainer_create_from_config": (STATUS, [_pp(S.llmt_trainer), CTX,
                                                  _p(S.llmt_train_config)]),
+    "llmt_trainer_create_from_config_dist": (STATUS, [_pp(S.llmt_trainer), CTX,
+                                                      _p(S.llmt_train_config), COMM]),
     "llmt_trainer_free": (None, [TRAINER]),
     "llmt_trainer_step": (STATUS, [TRAINER, _p(S.llmt_step_report)]),
     "llmt_trainer_set_callback": (STATUS, [TRAINER, S.llmt_step_callback, c_void_p]),
@@ -307,6 +327,7 @@ FUNCTIONS = {
                                 c_size_t, SIZEP]),
     "llmt_ckpt_set_aside_invalid": (STATUS, [STORE, SIZEP, c_char_p, c_size_t]),
     "llmt_ckpt_path": (STATUS, [STORE, c_int64, c_int32, c_char_p, c_size_t, SIZEP]),
+    "llmt_ckpt_consolidate": (STATUS, [STORE, c_int64, c_int32, c_char_p]),
 }
 
 
@@ -315,10 +336,29 @@ def last_error():
     return _cdll.llmt_error_last().decode("utf-8", errors="replace")
 
 
+# The first exception a Python communicator callback (llmt.comm) caught on
+# this thread since the last checked call: the cause of the error that call
+# returns (callbacks must not raise through C). Cleared by every checked call.
+_callback_error = threading.local()
+
+
+def note_callback_error(error):
+    """Keeps ``error`` for the checked call in progress on this thread."""
+    if getattr(_callback_error, "value", None) is None:
+        _callback_error.value = error
+
+
 def _check(result, func, args):
+    cause = getattr(_callback_error, "value", None)
+    if cause is not None:
+        _callback_error.value = None
     if result < 0:
         message = last_error() or _cdll.llmt_status_string(result).decode()
-        raise error_for(result, message)
+        if cause is not None and not isinstance(cause, Exception):
+            raise cause  # KeyboardInterrupt, SystemExit: as they were raised
+        if cause is not None:
+            message = f"{message} (in the callback: {type(cause).__name__}: {cause})"
+        raise error_for(result, message) from cause
     return result
 
 

@@ -24,6 +24,10 @@ class llmt_context(Structure):
     """Opaque ``llmt_context``."""
 
 
+class llmt_comm(Structure):
+    """Opaque ``llmt_comm``."""
+
+
 class llmt_model(Structure):
     """Opaque ``llmt_model``."""
 
@@ -149,22 +153,24 @@ class llmt_update_report(Structure):
 # ---- plan.h
 
 class llmt_plan_config(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32), ("model", llmt_model_config), ("recompute", c_int32),
                 ("layer_recompute", POINTER(c_int32)), ("micro_batch", c_int32),
-                ("seq_len", c_int32), ("with_optimizer", c_int32)]
+                ("seq_len", c_int32), ("with_optimizer", c_int32), ("world_size", c_int32),
+                ("rank", c_int32), ("batch_size", c_int32), ("ordered_accumulation", c_int32)]
 
 
 class llmt_plan(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32), ("bytes", c_uint64 * MEM_CATEGORY_SLOTS),
-                ("peak", c_uint64), ("num_params", c_int64)]
+                ("peak", c_uint64), ("num_params", c_int64), ("rank", c_int32),
+                ("shard_first", c_int64), ("shard_end", c_int64)]
 
 
 # ---- config.h
 
 class llmt_train_config(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32),
                 ("model", llmt_model_config), ("optimizer", llmt_optimizer_config),
                 ("loss_scale", llmt_loss_scaler_config), ("recompute", c_int32),
@@ -180,7 +186,8 @@ class llmt_train_config(Structure):
                 ("fast_checkpoint_dir", c_char * CONFIG_PATH_MAX),
                 ("fast_checkpoint_every", c_int64), ("fast_checkpoint_keep", c_int32),
                 ("memory_budget", c_uint64), ("memory_threshold", c_double),
-                ("adaptive", c_int32)]
+                ("adaptive", c_int32), ("dist_reduce", c_int32),
+                ("accumulation", c_int32)]
 
 
 # ---- data.h
@@ -258,11 +265,30 @@ class llmt_step_report(Structure):
 
 # typedef int (*llmt_step_callback)(void *user, const llmt_step_report *report);
 llmt_step_callback = CFUNCTYPE(c_int, c_void_p, POINTER(llmt_step_report))
+
+# ---- comm.h
+
+_SIZES = POINTER(c_size_t)
+llmt_comm_alltoallv_fn = CFUNCTYPE(c_int, c_void_p, c_void_p, _SIZES, _SIZES, c_void_p, _SIZES,
+                                   _SIZES)
+llmt_comm_allgatherv_fn = CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p, _SIZES, _SIZES)
+llmt_comm_broadcast_fn = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_int32)
+llmt_comm_allreduce_i64_fn = CFUNCTYPE(c_int, c_void_p, POINTER(c_int64), c_size_t, c_int32)
+llmt_comm_barrier_fn = CFUNCTYPE(c_int, c_void_p)
+
+
+class llmt_comm_ops(Structure):
+    VERSION = 1
+    _fields_ = [("version", c_uint32), ("rank", c_int32), ("size", c_int32), ("user", c_void_p),
+                ("alltoallv", llmt_comm_alltoallv_fn), ("allgatherv", llmt_comm_allgatherv_fn),
+                ("broadcast", llmt_comm_broadcast_fn),
+                ("allreduce_i64", llmt_comm_allreduce_i64_fn),
+                ("barrier", llmt_comm_barrier_fn)]
 # typedef void (*llmt_log_callback)(void *user, const char *line);
 llmt_log_callback = CFUNCTYPE(None, c_void_p, c_char_p)
 
 # Every struct whose layout the sync test checks against the headers.
-STRUCTS = (llmt_context_config, llmt_memory_stats, llmt_rng_state, llmt_model_config,
+STRUCTS = (llmt_comm_ops, llmt_context_config, llmt_memory_stats, llmt_rng_state, llmt_model_config,
            llmt_tensor_info, llmt_hf_export_options, llmt_generator_config,
            llmt_loss_scaler_config,
            llmt_loss_scaler_state,

@@ -12,6 +12,7 @@ ECUDA = -7
 ESTATE = -8
 ENOTFOUND = -9
 EBUSY = -10
+ECOMM = -11
 
 
 class LlmtError(Exception):
@@ -84,13 +85,19 @@ class Busy(LlmtError):
     status = EBUSY
 
 
+class CommError(LlmtError):
+    """LLMT_ECOMM: a collective failed, or the ranks of a data-parallel run
+    disagree (the message names the rank)."""
+    status = ECOMM
+
+
 class ConfigWarning(UserWarning):
     """A configuration setting that will not take effect as written."""
 
 
 _BY_STATUS = {cls.status: cls for cls in (InvalidArgument, OutOfMemory, IOFailure, CorruptData,
                                           VersionError, Unsupported, CudaError, StateError,
-                                          NotFound, Busy)}
+                                          NotFound, Busy, CommError)}
 
 
 def error_for(status, message):

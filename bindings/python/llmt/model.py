@@ -12,6 +12,8 @@ from ._lib import lib
 
 # llmt_rope_scaling, by name.
 ROPE_SCALINGS = ("none", "llama3")
+# llmt_accumulation, by name.
+ACCUMULATIONS = ("in_place", "ordered")
 
 _MODEL_CONVERTERS = {"precision": lambda v: enum(v, PRECISIONS, "precision"),
                      "tie_embeddings": int,
@@ -275,6 +277,19 @@ class Slicer(Handle):
     @micro_batch.setter
     def micro_batch(self, value):
         lib.llmt_slicer_set_micro_batch(self._ptr, value)
+
+    @property
+    def accumulation(self):
+        """How micro-batch gradients are summed, assignable: "in_place" (the
+        default: each backward adds into the gradients) or "ordered" (each
+        micro-batch's gradient alone, then added in order: the bits of a
+        deterministic data-parallel run at any world size, for one more
+        gradient buffer)."""
+        return ACCUMULATIONS[lib.llmt_slicer_accumulation(self._ptr)]
+
+    @accumulation.setter
+    def accumulation(self, value):
+        lib.llmt_slicer_set_accumulation(self._ptr, enum(value, ACCUMULATIONS, "accumulation"))
 
     def forward_backward(self, tokens, targets, grad_scale=1.0):
         """Forward and backward of a global batch in micro-batches, adding the

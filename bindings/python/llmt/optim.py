@@ -9,6 +9,11 @@ from ._convert import (OPT_PARAMS, OPT_STATES, SCHEDULES, dtype_name, enum, fill
                        float32_in, init_struct, ptr, struct_dict)
 from ._handle import Handle
 from ._lib import lib
+from .comm import comm_handle
+from .errors import InvalidArgument
+
+# llmt_reduce_mode, by name.
+REDUCE_MODES = ("deterministic", "fast")
 
 UpdateReport = namedtuple("UpdateReport", "step skipped grad_norm lr loss_scale")
 UpdateReport.__doc__ = "What one optimizer step did (llmt_update_report)."
@@ -69,16 +74,43 @@ class Optimizer(Handle):
     defaults: lr, beta1, beta2, eps, weight_decay, decay_norms, grad_clip,
     schedule ("constant", "cosine", "linear"), warmup_steps, total_steps,
     min_lr. State kinds are "exp_avg", "exp_avg_sq", "master" (or 0..2).
+
+    With ``comm`` (a Comm), a ZeRO-1 optimizer sharded over its ranks
+    (llmt_optimizer_create_sharded; collective: the ranks' models must
+    agree): this rank keeps the state of ``shard`` only, and a Trainer over
+    it runs each step's micro-batches across the ranks. ``reduce`` says how
+    the ranks' gradients are summed: "deterministic" (the default: bitwise
+    one process's result with a Slicer in "ordered" accumulation) or "fast"
+    (equal within rounding). get_state is then collective. The optimizer is
+    closed before the Comm.
     """
 
-    def __init__(self, model, **config):
+    def __init__(self, model, *, comm=None, reduce=None, **config):
         cfg = init_struct(S.llmt_optimizer_config, lib.llmt_optimizer_config_init)
         fill_struct(cfg, config, "Optimizer",
                     {"schedule": lambda v: enum(v, SCHEDULES, "schedule"), "decay_norms": int})
         out = ctypes.POINTER(S.llmt_optimizer)()
-        lib.llmt_optimizer_create(ctypes.byref(out), model._ptr, ctypes.byref(cfg))
-        self._attach(out, lib.llmt_optimizer_free, (model,))
+        if comm is None:
+            if reduce is not None:
+                raise InvalidArgument(f"Optimizer: reduce={reduce!r} applies to a sharded "
+                                      "optimizer only (pass comm)")
+            lib.llmt_optimizer_create(ctypes.byref(out), model._ptr, ctypes.byref(cfg))
+            parents = (model,)
+        else:
+            mode = enum("deterministic" if reduce is None else reduce, REDUCE_MODES, "reduce")
+            lib.llmt_optimizer_create_sharded(ctypes.byref(out), model._ptr, ctypes.byref(cfg),
+                                              comm_handle(comm, "Optimizer: comm"), mode)
+            parents = (model, comm)
+        self._attach(out, lib.llmt_optimizer_free, parents)
         self.model = model
+
+    @property
+    def shard(self):
+        """(first, end): the range of the flat parameter buffer whose state
+        this rank keeps; all of it, (0, model.num_params), unless sharded."""
+        first, end = ctypes.c_int64(), ctypes.c_int64()
+        lib.llmt_optimizer_shard(self._ptr, ctypes.byref(first), ctypes.byref(end))
+        return first.value, end.value
 
     def get(self, param):
         """A setting by name ("lr", "beta1", ..., "min_lr") as a float."""
@@ -128,14 +160,16 @@ class Optimizer(Handle):
 
     def get_state(self, kind, name):
         """The state of ``kind`` for parameter ``name`` as a float32 array of
-        the parameter's shape (exact: every stored dtype widens to fp32)."""
+        the parameter's shape (exact: every stored dtype widens to fp32).
+        Collective when sharded: every rank asks for the same state."""
         out = np.empty(self.model._shape(name), dtype=np.float32)
         lib.llmt_optimizer_get_state(self._ptr, enum(kind, OPT_STATES, "kind"), name.encode(),
                                      ptr(out, ctypes.c_float), out.size)
         return out
 
     def set_state(self, kind, name, values):
-        """Sets the state of ``kind`` for parameter ``name`` from float32 values."""
+        """Sets the state of ``kind`` for parameter ``name`` from float32
+        values (sharded: this rank keeps its part; not collective)."""
         a = float32_in(values, self.model._shape(name), name)
         lib.llmt_optimizer_set_state(self._ptr, enum(kind, OPT_STATES, "kind"), name.encode(),
                                      ptr(a, ctypes.c_float), a.size)

@@ -13,16 +13,21 @@ from .model import model_config
 @dataclass(frozen=True)
 class Plan:
     """A plan: ``bytes`` per memory category ({"params": ..., ...}), ``peak``
-    (all categories at once) and ``num_params``."""
+    (all categories at once) and ``num_params``; ``rank`` is the rank planned
+    (-1 without world_size) and ``shard`` the range [first, end) of the flat
+    parameters whose optimizer state it holds."""
     bytes: dict
     peak: int
     num_params: int
+    rank: int
+    shard: tuple
 
 
 def _plan_config(model, layer_recompute, config):
     cfg = init_struct(S.llmt_plan_config, lib.llmt_plan_config_init)
     cfg.model = model_config(model)
-    fill_struct(cfg, config, "plan", {"recompute": recompute_policy, "with_optimizer": int})
+    fill_struct(cfg, config, "plan", {"recompute": recompute_policy, "with_optimizer": int,
+                                      "ordered_accumulation": int})
     keep = None
     if layer_recompute is not None:
         keep = (ctypes.c_int32 * len(layer_recompute))(
@@ -37,19 +42,25 @@ def plan(context, model=None, layer_recompute=None, **config):
     ``model`` is a dict of llmt_model_config fields (over the defaults) or a
     Model; ``layer_recompute`` an optional policy per layer; the other
     keyword arguments are the fields of llmt_plan_config: recompute (every
-    layer's policy), micro_batch, seq_len, with_optimizer. Returns a Plan.
+    layer's policy), micro_batch, seq_len, with_optimizer, and for one rank
+    of a data-parallel run with the ZeRO-1 sharded optimizer world_size (0:
+    no communicator) and rank (-1: the rank with the largest peak), and for
+    a slicer batch_size (the global batch; 0: micro_batch) and
+    ordered_accumulation (counted without world_size only). Returns a Plan.
     """
     cfg, _keep = _plan_config(model, layer_recompute, config)
     out = S.new(S.llmt_plan)
     lib.llmt_plan_compute(context._ptr, ctypes.byref(cfg), ctypes.byref(out))
-    return Plan(category_dict(out.bytes), out.peak, out.num_params)
+    return Plan(category_dict(out.bytes), out.peak, out.num_params, out.rank,
+                (out.shard_first, out.shard_end))
 
 
 def plan_fit(context, budget, model=None, layer_recompute=None, **config):
     """The largest micro-batch (from ``micro_batch``, halving) and for it the
-    lightest recompute policy whose plan fits ``budget`` bytes, as
-    (micro_batch, recompute flags). Raises OutOfMemory with the smallest
-    plan's peak when nothing fits. Arguments as plan()."""
+    lightest recompute policy whose plan fits ``budget`` bytes (per rank
+    with world_size), as (micro_batch, recompute flags); the global batch
+    stays batch_size (or the first micro_batch). Raises OutOfMemory with the
+    smallest plan's peak when nothing fits. Arguments as plan()."""
     cfg, _keep = _plan_config(model, layer_recompute, config)
     micro, policy = ctypes.c_int32(), ctypes.c_int32()
     lib.llmt_plan_fit(context._ptr, ctypes.byref(cfg), budget, ctypes.byref(micro),

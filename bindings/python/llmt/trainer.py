@@ -14,6 +14,7 @@ from . import _structs as S
 from ._convert import BACKENDS, fill_struct, init_struct, path_bytes, tier as tier_index
 from ._handle import Handle
 from ._lib import lib
+from .comm import comm_handle
 from .config import TrainConfig
 from .context import Context, category_dict
 from .errors import ConfigWarning, StateError
@@ -161,7 +162,7 @@ class Trainer(Handle):
         self._model = model
 
     @classmethod
-    def from_config(cls, context, config):
+    def from_config(cls, context, config, comm=None):
         """A trainer and all its parts from a training configuration: a
         TrainConfig, a path, YAML text or a dict (see TrainConfig).
 
@@ -170,6 +171,12 @@ class Trainer(Handle):
         train.threads, train.backend, train.device; a ConfigWarning says so
         when they differ). With ``context=None`` the context is made from
         those keys, as llmt-train does, and closed with the trainer.
+
+        With ``comm`` (a Comm), one rank of a data-parallel run
+        (llmt_trainer_create_from_config_dist; collective, and the ranks'
+        configurations must agree): the optimizer is sharded with the
+        configuration's dist.reduce, and only rank 0 writes checkpoints and
+        metrics. The trainer is closed before the Comm.
         """
         cfg = config if isinstance(config, TrainConfig) else TrainConfig(config)
         c = cfg.struct
@@ -181,22 +188,27 @@ class Trainer(Handle):
             _check_context(context, c)
         out = ctypes.POINTER(S.llmt_trainer)()
         try:
-            lib.llmt_trainer_create_from_config(ctypes.byref(out), context._ptr,
-                                                ctypes.byref(c))
+            if comm is None:
+                lib.llmt_trainer_create_from_config(ctypes.byref(out), context._ptr,
+                                                    ctypes.byref(c))
+            else:
+                handle = comm_handle(comm, "Trainer.from_config: comm")
+                lib.llmt_trainer_create_from_config_dist(ctypes.byref(out), context._ptr,
+                                                         ctypes.byref(c), handle)
         except BaseException:
             if owned is not None:
                 owned.close()
             raise
         self = cls.__new__(cls)
-        self._attach(out, lib.llmt_trainer_free, (context,))
+        self._attach(out, lib.llmt_trainer_free, (context,) if comm is None else (context, comm))
         self._setup(context, c.steps, owned)
         self._model = None
         return self
 
     @classmethod
-    def from_yaml(cls, context, path):
+    def from_yaml(cls, context, path, comm=None):
         """Trainer.from_config over the YAML file at ``path``."""
-        return cls.from_config(context, TrainConfig().update(path_bytes(path)))
+        return cls.from_config(context, TrainConfig().update(path_bytes(path)), comm)
 
     def _setup(self, context, total_steps, owned_context):
         self._context = context

@@ -59,3 +59,28 @@ def test_layer_recompute_and_plan_fit(ctx):
     assert llmt.recompute_policy_name(2) == "ffn_act"
     with pytest.raises(llmt.OutOfMemory, match="micro-batch 1 with full recompute needs"):
         llmt.plan_fit(ctx, 1000, **args)
+
+
+def test_plan_per_rank(ctx):
+    # 107328 parameters in 27 granules of 4096; 4 ranks own granules
+    # [27 r / 4, 27 (r + 1) / 4): 6, 7, 7, 7 -- rank 1, [24576, 53248), is the
+    # largest. fp32: AdamW 8 bytes per owned element, the gradient sum 4, and
+    # the exchange buffer 4 from each of the 4 ranks (the 64 MiB window is wider).
+    args = dict(model=SMALL_MODEL, micro_batch=2, seq_len=32)
+    n = expected_params(**SMALL_MODEL, tied=False)
+    assert n == 107328
+    single = llmt.plan(ctx, **args)
+    assert (single.rank, single.shard) == (-1, (0, n))
+    p = llmt.plan(ctx, world_size=4, **args)
+    owned = 7 * 4096
+    assert (p.rank, p.shard) == (1, (24576, 53248))
+    assert p.bytes == dict(single.bytes, optimizer=8 * owned,
+                           grads=single.bytes["grads"] + 4 * owned,
+                           workspace=single.bytes["workspace"] + 4 * 4 * owned)
+    last = llmt.plan(ctx, world_size=4, rank=3, **args)
+    assert (last.rank, last.shard, last.bytes["optimizer"]) == (3, (81920, n), 8 * (n - 81920))
+    assert llmt.plan_fit(ctx, p.peak, world_size=4, **args) == (2, 0)
+    ordered = llmt.plan(ctx, batch_size=4, ordered_accumulation=True, **args)
+    assert ordered.bytes["grads"] == 2 * 4 * n
+    with pytest.raises(llmt.InvalidArgument, match=r"cfg->rank = 4 \(must be -1"):
+        llmt.plan(ctx, world_size=4, rank=4, **args)

@@ -46,7 +46,8 @@ def test_every_declared_function_is_in_the_library():
 
 def test_every_public_struct_has_a_mirror(include_dir):
     defined = set()
-    for header in include_dir.glob("*.h"):
+    # comm_mpi.h is compiled in the host program against its MPI: no ABI.
+    for header in set(include_dir.glob("*.h")) - {include_dir / "comm_mpi.h"}:
         defined |= set(re.findall(r"^typedef struct (llmt_[a-z0-9_]+) \{", header.read_text(),
                                   re.MULTILINE))
     assert defined == {cls.__name__ for cls in _structs.STRUCTS}

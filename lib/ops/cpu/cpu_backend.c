@@ -45,6 +45,7 @@ static const llmt_backend_ops cpu_ops = {
     .lm_head_ce = llmt_cpu_lm_head_ce,
     .optim_scratch_bytes = 0,
     .grad_stats = llmt_cpu_grad_stats,
+    .grad_stats_blocks = llmt_cpu_grad_stats_blocks,
     .adamw = llmt_cpu_adamw,
     .attention_kv_fwd = llmt_cpu_attention_kv_fwd,
     .attention_kv_scratch_bytes = llmt_cpu_attention_kv_scratch,

@@ -71,6 +71,24 @@ int llmt_cpu_grad_stats(llmt_device *dev, const void *g, int64_t n, int dt, floa
     return LLMT_OK;
 }
 
+int llmt_cpu_grad_stats_blocks(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
+                               int64_t block, double *partials, int64_t *nonfinite)
+{
+    void (*band)(const void *, int64_t, float, double *, int64_t *) = LLMT_PICK(stats_band, dt);
+    const int64_t blocks = (n + block - 1) / block;
+    int64_t count = 0;
+    /* Each block is summed by one thread alone: the partials do not depend
+     * on the thread count. */
+#pragma omp parallel for num_threads(threads_for(dev, n)) schedule(static) reduction(+ : count)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t i0 = b * block, len = n - i0 < block ? n - i0 : block, bad = 0;
+        band(cat(g, dt, i0), len, factor, &partials[b], &bad);
+        count += bad;
+    }
+    *nonfinite = count;
+    return LLMT_OK;
+}
+
 /* bf16 from fp32 rounding up with probability equal to the dropped fraction:
  * add 16 random bits below the kept ones, then truncate. */
 LLMT_INLINE uint16_t bf16_stochastic(float f, uint32_t random)

@@ -1,0 +1,489 @@
+/* The NCCL engine (lib/dist/comm_nccl_plugin.h): the collectives of
+ * llmt_comm_ops on the device memory of a CUDA backend, through
+ * libnccl.so.2, which is dlopened on first use (the plugin's RUNPATH holds
+ * the directory of the NCCL found when it was configured), so the plugin
+ * loads and runs without NCCL until one is asked for.
+ *
+ * Every collective is enqueued on the backend's own stream (so it is
+ * ordered after the kernels that produced its input without events) and
+ * then waited for by polling, for at most LLMT_NCCL_TIMEOUT_S seconds; a
+ * collective that does not finish, or that NCCL reports an asynchronous
+ * error for, aborts the communicator (ncclCommAbort) and fails with
+ * LLMT_ECOMM naming it. Later calls on an aborted engine fail at once.
+ *
+ * Buffers in host memory (the library's small agreement messages:
+ * llmt_comm_agree, llmt_comm_check_same) are staged through a device
+ * buffer of the engine, grown as needed. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_backend.h"
+#include "dist/comm_nccl_plugin.h"
+
+#ifdef LLMT_CUDA_HAVE_NCCL
+#include <nccl.h>
+
+static_assert(NCCL_UNIQUE_ID_BYTES == LLMT_NCCL_ID_BYTES, "an NCCL unique id is 128 bytes");
+
+/* The entry points of libnccl.so.2, typed by nccl.h. */
+struct nccl_lib {
+    decltype(&ncclGetUniqueId) get_unique_id;
+    decltype(&ncclCommInitRank) init_rank;
+    decltype(&ncclCommDestroy) destroy;
+    decltype(&ncclCommAbort) abort;
+    decltype(&ncclCommGetAsyncError) async_error;
+    decltype(&ncclGetErrorString) error_string;
+    decltype(&ncclGroupStart) group_start;
+    decltype(&ncclGroupEnd) group_end;
+    decltype(&ncclSend) send;
+    decltype(&ncclRecv) recv;
+    decltype(&ncclBroadcast) broadcast;
+    decltype(&ncclAllReduce) all_reduce;
+};
+
+static nccl_lib g_nccl;
+/* Why libnccl.so.2 is unusable; empty once it loaded. Written once. */
+static char g_nccl_error[768];
+static pthread_once_t g_nccl_once = PTHREAD_ONCE_INIT;
+
+static void load_nccl(void)
+{
+    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h) {
+        snprintf(g_nccl_error, sizeof g_nccl_error, "cannot load libnccl.so.2: %s", dlerror());
+        return;
+    }
+    const char *missing = NULL;
+#define LLMT_NCCL_RESOLVE(field, symbol)                                                    \
+    if (!missing &&                                                                        \
+        !(g_nccl.field = reinterpret_cast<decltype(g_nccl.field)>(dlsym(h, #symbol))))     \
+        missing = #symbol;
+    LLMT_NCCL_RESOLVE(get_unique_id, ncclGetUniqueId)
+    LLMT_NCCL_RESOLVE(init_rank, ncclCommInitRank)
+    LLMT_NCCL_RESOLVE(destroy, ncclCommDestroy)
+    LLMT_NCCL_RESOLVE(abort, ncclCommAbort)
+    LLMT_NCCL_RESOLVE(async_error, ncclCommGetAsyncError)
+    LLMT_NCCL_RESOLVE(error_string, ncclGetErrorString)
+    LLMT_NCCL_RESOLVE(group_start, ncclGroupStart)
+    LLMT_NCCL_RESOLVE(group_end, ncclGroupEnd)
+    LLMT_NCCL_RESOLVE(send, ncclSend)
+    LLMT_NCCL_RESOLVE(recv, ncclRecv)
+    LLMT_NCCL_RESOLVE(broadcast, ncclBroadcast)
+    LLMT_NCCL_RESOLVE(all_reduce, ncclAllReduce)
+#undef LLMT_NCCL_RESOLVE
+    if (missing)
+        snprintf(g_nccl_error, sizeof g_nccl_error, "libnccl.so.2 lacks %s (NCCL older than "
+                 "2.7?)", missing);
+}
+
+/* LLMT_ECUDA saying why when libnccl.so.2 is unusable. */
+static int nccl_loaded(const llmt_plugin_host *host)
+{
+    pthread_once(&g_nccl_once, load_nccl);
+    return g_nccl_error[0] ? host->fail(LLMT_ECUDA, "%s", g_nccl_error) : LLMT_OK;
+}
+
+typedef struct nccl_engine {
+    llmt_cuda_backend *cb;
+    ncclComm_t comm; /* NULL once aborted */
+    int32_t rank, size;
+    int64_t *barrier_value; /* one device int64 that barrier reduces */
+    char *bounce;           /* device staging of host buffers */
+    size_t bounce_bytes;
+} nccl_engine;
+
+/* LLMT_ECOMM with "NCCL <coll>: " and the formatted text. */
+static int engine_fail(const nccl_engine *e, const char *coll, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int engine_fail(const nccl_engine *e, const char *coll, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return e->cb->host->fail(LLMT_ECOMM, "NCCL %s: %s", coll, text);
+}
+
+static int nccl_call(const nccl_engine *e, const char *coll, const char *call, ncclResult_t r)
+{
+    return r == ncclSuccess ? LLMT_OK
+                            : e->cb->host->fail(LLMT_ECOMM, "NCCL %s: %s: %s", coll, call,
+                                                g_nccl.error_string(r));
+}
+
+static int cuda_call(const nccl_engine *e, const char *coll, const char *call, cudaError_t err)
+{
+    return err == cudaSuccess ? LLMT_OK
+                              : e->cb->host->fail(LLMT_ECOMM, "NCCL %s: CUDA %s: %s", coll, call,
+                                                  cudaGetErrorString(err));
+}
+
+#define LLMT_NCCL_TRY(call)    \
+    do {                       \
+        int rc_ = (call);      \
+        if (rc_)               \
+            return rc_;        \
+    } while (0)
+
+/* Aborts the communicator after a failure of coll (why), with NCCL's
+ * asynchronous error in the message. */
+static int abort_comm(nccl_engine *e, const char *coll, const char *why)
+{
+    ncclResult_t async = ncclSuccess;
+    if (g_nccl.async_error(e->comm, &async) != ncclSuccess)
+        async = ncclSystemError;
+    g_nccl.abort(e->comm);
+    e->comm = NULL;
+    return e->cb->host->fail(LLMT_ECOMM, "NCCL %s: %s; the communicator is aborted (NCCL's "
+                             "asynchronous error: %s)", coll, why, g_nccl.error_string(async));
+}
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Waits until the backend's stream has run what was enqueued, for at most
+ * LLMT_NCCL_TIMEOUT_S seconds. Polls without sleeping for the first
+ * thousand checks (a collective of a few bytes), then every 50 us. */
+static int wait_done(nccl_engine *e, const char *coll)
+{
+    const double start = seconds_now();
+    for (unsigned polls = 0;; polls++) {
+        cudaError_t q = cudaStreamQuery(e->cb->stream);
+        if (q == cudaSuccess)
+            return LLMT_OK;
+        if (q != cudaErrorNotReady) {
+            char why[256];
+            snprintf(why, sizeof why, "the stream failed: %s", cudaGetErrorString(q));
+            return abort_comm(e, coll, why);
+        }
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t r = g_nccl.async_error(e->comm, &async);
+        if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
+            return abort_comm(e, coll, "NCCL reported an error while it ran");
+        if (seconds_now() - start > LLMT_NCCL_TIMEOUT_S) {
+            char why[128];
+            snprintf(why, sizeof why, "did not finish within %d s", LLMT_NCCL_TIMEOUT_S);
+            return abort_comm(e, coll, why);
+        }
+        if (polls >= 1000) {
+            struct timespec pause = {0, 50000};
+            nanosleep(&pause, NULL);
+        }
+    }
+}
+
+/* Makes the engine's device current on this thread; fails on an aborted engine. */
+static int begin(nccl_engine *e, const char *coll)
+{
+    if (!e->comm)
+        return engine_fail(e, coll, "the communicator was aborted by an earlier failure");
+    return cuda_call(e, coll, "cudaSetDevice", cudaSetDevice(e->cb->device));
+}
+
+/* Whether p (not NULL) is memory the device can use directly (device
+ * memory of the engine's device, or managed memory): *direct = 1; host
+ * memory: 0. Device memory of another device is an error. */
+static int classify(const nccl_engine *e, const char *coll, const void *p, int *direct)
+{
+    cudaPointerAttributes a;
+    cudaError_t err = cudaPointerGetAttributes(&a, p);
+    if (err != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it */
+        return cuda_call(e, coll, "cudaPointerGetAttributes", err);
+    }
+    if (a.type == cudaMemoryTypeDevice && a.device != e->cb->device)
+        return engine_fail(e, coll, "a buffer is on CUDA device %d, the communicator's is %d",
+                           a.device, e->cb->device);
+    *direct = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+    return LLMT_OK;
+}
+
+/* A collective's buffers as the device sees them: send (sb bytes) and recv
+ * (rb bytes, the extent of what it receives). A host buffer gets a region
+ * of the bounce buffer, its bytes copied in; a host send inside a host recv
+ * (in place) maps into recv's region. */
+typedef struct staging {
+    const void *send;
+    void *recv;
+    size_t sb, rb;
+    char *dsend, *drecv;
+    int recv_staged;
+} staging;
+
+static size_t round_up(size_t bytes)
+{
+    return llmt_cuda_round_up(bytes);
+}
+
+static int grow_bounce(nccl_engine *e, const char *coll, size_t bytes)
+{
+    if (bytes <= e->bounce_bytes)
+        return LLMT_OK;
+    cudaFree(e->bounce);
+    e->bounce = NULL;
+    e->bounce_bytes = 0;
+    LLMT_NCCL_TRY(cuda_call(e, coll, "cudaMalloc of the host-buffer staging",
+                            cudaMalloc((void **)&e->bounce, bytes)));
+    e->bounce_bytes = bytes;
+    return LLMT_OK;
+}
+
+static int stage_in(nccl_engine *e, const char *coll, staging *s)
+{
+    int send_direct = 1, recv_direct = 1;
+    if (s->sb)
+        LLMT_NCCL_TRY(classify(e, coll, s->send, &send_direct));
+    if (s->rb)
+        LLMT_NCCL_TRY(classify(e, coll, s->recv, &recv_direct));
+    const char *r0 = (const char *)s->recv, *sp = (const char *)s->send;
+    const int in_recv = !send_direct && !recv_direct && sp >= r0 && sp + s->sb <= r0 + s->rb;
+    const size_t recv_region = recv_direct ? 0 : round_up(s->rb);
+    const size_t send_region = send_direct || in_recv ? 0 : round_up(s->sb);
+    LLMT_NCCL_TRY(grow_bounce(e, coll, recv_region + send_region));
+    s->drecv = recv_direct ? (char *)s->recv : e->bounce;
+    s->dsend = send_direct ? (char *)s->send
+             : in_recv     ? s->drecv + (sp - r0)
+                           : e->bounce + recv_region;
+    s->recv_staged = !recv_direct;
+    cudaStream_t st = e->cb->stream;
+    /* All of a host recv goes in, so what the collective leaves alone comes back unchanged. */
+    const cudaMemcpyKind in = cudaMemcpyHostToDevice;
+    if (!recv_direct)
+        LLMT_NCCL_TRY(cuda_call(e, coll, "cudaMemcpyAsync to the staging",
+                                cudaMemcpyAsync(s->drecv, s->recv, s->rb, in, st)));
+    if (send_region)
+        LLMT_NCCL_TRY(cuda_call(e, coll, "cudaMemcpyAsync to the staging",
+                                cudaMemcpyAsync(s->dsend, s->send, s->sb, in, st)));
+    return LLMT_OK;
+}
+
+/* Waits for the collective, then copies a staged recv back to the host. */
+static int finish(nccl_engine *e, const char *coll, const staging *s)
+{
+    LLMT_NCCL_TRY(wait_done(e, coll));
+    if (!s->recv_staged)
+        return LLMT_OK;
+    LLMT_NCCL_TRY(cuda_call(e, coll, "cudaMemcpyAsync from the staging",
+                            cudaMemcpyAsync(s->recv, s->drecv, s->rb, cudaMemcpyDeviceToHost,
+                                            e->cb->stream)));
+    return wait_done(e, coll);
+}
+
+/* Bytes from the start of a buffer that n pieces (bytes[i] at offsets[i]) span. */
+static size_t extent(const size_t *bytes, const size_t *offsets, int32_t n)
+{
+    size_t end = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (bytes[i] && offsets[i] + bytes[i] > end)
+            end = offsets[i] + bytes[i];
+    return end;
+}
+
+/* This rank's own piece, bytes from src to dst + dst_offset: a copy on
+ * the stream (NCCL is not asked to send to itself); none when in place. */
+static int copy_self(nccl_engine *e, const char *coll, char *dst, size_t dst_offset,
+                     const char *src, size_t bytes)
+{
+    if (!bytes || dst + dst_offset == src)
+        return LLMT_OK;
+    return cuda_call(e, coll, "cudaMemcpyAsync", cudaMemcpyAsync(dst + dst_offset, src, bytes,
+                                                                 cudaMemcpyDeviceToDevice,
+                                                                 e->cb->stream));
+}
+
+/* Grouped send/recv with every other rank: to i, sb[i] bytes at send +
+ * so[i]; from i, rb[i] bytes into recv + ro[i] (so == NULL: every send is
+ * all of send). */
+static int exchange(nccl_engine *e, const char *coll, const char *send, const size_t *sb,
+                    const size_t *so, char *recv, const size_t *rb, const size_t *ro)
+{
+    ncclResult_t r = g_nccl.group_start();
+    for (int32_t i = 0; i < e->size && r == ncclSuccess; i++) {
+        if (i == e->rank)
+            continue;
+        if (sb[i])
+            r = g_nccl.send(send + (so ? so[i] : 0), sb[i], ncclUint8, i, e->comm, e->cb->stream);
+        if (r == ncclSuccess && rb[i])
+            r = g_nccl.recv(recv + ro[i], rb[i], ncclUint8, i, e->comm, e->cb->stream);
+    }
+    ncclResult_t end = g_nccl.group_end();
+    LLMT_NCCL_TRY(nccl_call(e, coll, "ncclSend/ncclRecv", r));
+    return nccl_call(e, coll, "ncclGroupEnd", end);
+}
+
+static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes,
+                          const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                          const size_t *recv_offsets)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    const char *coll = "alltoallv";
+    LLMT_NCCL_TRY(begin(e, coll));
+    if (send_bytes[e->rank] != recv_bytes[e->rank])
+        return engine_fail(e, coll, "this rank sends itself %zu bytes but receives %zu",
+                           send_bytes[e->rank], recv_bytes[e->rank]);
+    staging s = {send, recv, extent(send_bytes, send_offsets, e->size),
+                 extent(recv_bytes, recv_offsets, e->size), NULL, NULL, 0};
+    LLMT_NCCL_TRY(stage_in(e, coll, &s));
+    const size_t own = recv_bytes[e->rank];
+    LLMT_NCCL_TRY(copy_self(e, coll, s.drecv, recv_offsets[e->rank],
+                            own ? s.dsend + send_offsets[e->rank] : NULL, own));
+    LLMT_NCCL_TRY(exchange(e, coll, s.dsend, send_bytes, send_offsets, s.drecv, recv_bytes,
+                           recv_offsets));
+    return finish(e, coll, &s);
+}
+
+static int nccl_allgatherv(void *user, const void *send, void *recv, const size_t *bytes,
+                           const size_t *offsets)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    const char *coll = "allgatherv";
+    LLMT_NCCL_TRY(begin(e, coll));
+    const size_t mine = bytes[e->rank];
+    staging s = {send, recv, mine, extent(bytes, offsets, e->size), NULL, NULL, 0};
+    LLMT_NCCL_TRY(stage_in(e, coll, &s));
+    /* In place (send == recv + offsets[rank]) leaves nothing to copy. */
+    LLMT_NCCL_TRY(copy_self(e, coll, s.drecv, offsets[e->rank], s.dsend, mine));
+    /* To every other rank this rank's piece; from each rank i its piece. */
+    size_t *sb = (size_t *)calloc((size_t)e->size, sizeof *sb);
+    if (!sb)
+        return e->cb->host->fail(LLMT_ENOMEM, "NCCL %s: out of host memory", coll);
+    for (int32_t i = 0; i < e->size; i++)
+        sb[i] = mine;
+    int rc = exchange(e, coll, s.dsend, sb, NULL, s.drecv, bytes, offsets);
+    free(sb);
+    return rc ? rc : finish(e, coll, &s);
+}
+
+static int nccl_broadcast(void *user, void *buf, size_t bytes, int32_t root)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    const char *coll = "broadcast";
+    LLMT_NCCL_TRY(begin(e, coll));
+    staging s = {NULL, buf, 0, bytes, NULL, NULL, 0};
+    LLMT_NCCL_TRY(stage_in(e, coll, &s));
+    LLMT_NCCL_TRY(nccl_call(e, coll, "ncclBroadcast",
+                            g_nccl.broadcast(s.drecv, s.drecv, bytes, ncclUint8, root, e->comm,
+                                             e->cb->stream)));
+    return finish(e, coll, &s);
+}
+
+static int reduce(nccl_engine *e, const char *coll, int64_t *values, size_t count, int32_t op)
+{
+    if (op != LLMT_COMM_SUM && op != LLMT_COMM_MAX)
+        return engine_fail(e, coll, "op = %d is not an llmt_comm_op", (int)op);
+    staging s = {NULL, values, 0, count * sizeof *values, NULL, NULL, 0};
+    LLMT_NCCL_TRY(stage_in(e, coll, &s));
+    LLMT_NCCL_TRY(nccl_call(e, coll, "ncclAllReduce",
+                            g_nccl.all_reduce(s.drecv, s.drecv, count, ncclInt64,
+                                              op == LLMT_COMM_SUM ? ncclSum : ncclMax, e->comm,
+                                              e->cb->stream)));
+    return finish(e, coll, &s);
+}
+
+static int nccl_allreduce_i64(void *user, int64_t *values, size_t count, int32_t op)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    LLMT_NCCL_TRY(begin(e, "allreduce_i64"));
+    return reduce(e, "allreduce_i64", values, count, op);
+}
+
+/* An allreduce of one device value: returns when every rank has reached it. */
+static int nccl_barrier(void *user)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    LLMT_NCCL_TRY(begin(e, "barrier"));
+    return reduce(e, "barrier", e->barrier_value, 1, LLMT_COMM_SUM);
+}
+
+static int nccl_unique_id(const llmt_plugin_host *host, uint8_t *id)
+{
+    int rc = nccl_loaded(host);
+    if (rc)
+        return rc;
+    ncclUniqueId uid;
+    ncclResult_t r = g_nccl.get_unique_id(&uid);
+    if (r != ncclSuccess)
+        return host->fail(LLMT_ECUDA, "ncclGetUniqueId: %s", g_nccl.error_string(r));
+    memcpy(id, uid.internal, sizeof uid.internal);
+    return LLMT_OK;
+}
+
+static void nccl_destroy(void *user)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    if (!e)
+        return;
+    cudaSetDevice(e->cb->device);
+    if (e->comm)
+        g_nccl.destroy(e->comm);
+    cudaFree(e->barrier_value);
+    cudaFree(e->bounce);
+    free(e);
+}
+
+static int nccl_create(llmt_device *dev, const uint8_t *id, int32_t rank, int32_t size,
+                       llmt_comm_ops *ops)
+{
+    llmt_cuda_backend *cb = llmt_cuda(dev);
+    int rc = nccl_loaded(cb->host);
+    if (rc)
+        return rc;
+    cudaError_t err = cudaSetDevice(cb->device);
+    if (err != cudaSuccess)
+        return cb->host->fail(LLMT_ECUDA, "cudaSetDevice(%d): %s", cb->device,
+                              cudaGetErrorString(err));
+    nccl_engine *e = (nccl_engine *)calloc(1, sizeof *e);
+    if (!e)
+        return cb->host->fail(LLMT_ENOMEM, "out of host memory");
+    e->cb = cb;
+    e->rank = rank;
+    e->size = size;
+    err = cudaMalloc((void **)&e->barrier_value, sizeof *e->barrier_value);
+    if (err == cudaSuccess)
+        err = cudaMemset(e->barrier_value, 0, sizeof *e->barrier_value);
+    if (err != cudaSuccess) {
+        nccl_destroy(e);
+        return cb->host->fail(LLMT_ECUDA, "cudaMalloc or cudaMemset of 8 bytes: %s",
+                              cudaGetErrorString(err));
+    }
+    ncclUniqueId uid;
+    memcpy(uid.internal, id, sizeof uid.internal);
+    ncclResult_t r = g_nccl.init_rank(&e->comm, size, uid, rank);
+    if (r != ncclSuccess) {
+        e->comm = NULL;
+        nccl_destroy(e);
+        return cb->host->fail(LLMT_ECUDA, "ncclCommInitRank (rank %d of %d, CUDA device %d): %s",
+                              rank, size, cb->device, g_nccl.error_string(r));
+    }
+    *ops = llmt_comm_ops{LLMT_COMM_OPS_VERSION, rank, size, e, nccl_alltoallv, nccl_allgatherv,
+                         nccl_broadcast, nccl_allreduce_i64, nccl_barrier};
+    return LLMT_OK;
+}
+
+#endif
+
+extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_nccl(
+    const llmt_plugin_host *host, uint32_t version, const llmt_nccl_api **out)
+{
+    if (!host || host->abi != LLMT_BACKEND_ABI || version != LLMT_NCCL_API_VERSION)
+        return LLMT_EVERSION;
+#ifdef LLMT_CUDA_HAVE_NCCL
+    static const llmt_nccl_api api = {nccl_unique_id, nccl_create, nccl_destroy};
+    *out = &api;
+    return LLMT_OK;
+#else
+    (void)out;
+    return host->fail(LLMT_EUNSUPPORTED, "the CUDA plugin was built without NCCL (no nccl.h when "
+                      "it was configured; give its directory as NCCL_INCLUDE_DIR)");
+#endif
+}

@@ -1,0 +1,48 @@
+/* Sharded checkpoints (format_version 2, docs/checkpoint-format.md): the
+ * optimizer state of a data-parallel save as one file per rank, written
+ * into the temporary directory rank 0 made, and ranges of it read back at
+ * any world size. The collective protocol around these is in
+ * lib/train/dist_ckpt.c; rank 0 alone holds the store (and its lock, which
+ * covers the temporary directory the other ranks write into). */
+#ifndef LLMT_CKPT_SHARDS_H
+#define LLMT_CKPT_SHARDS_H
+
+#include "ckpt/store_internal.h"
+
+/* Writes o's range [o->first, o->end) of each state section (exp_avg,
+ * exp_avg_sq, master when present: 1-D tensors) into dir as rank's file of
+ * a save of size ranks, fsynced when sync, and describes it in *out (name,
+ * bytes, XXH3-64, range and chunk checksums: the file is read back once to
+ * compute those). o's buffers are host memory. Release *out's chunks with
+ * free. No lock is taken: the caller's rank 0 holds the store's. */
+int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank, int32_t size,
+                          int sync, llmt_manifest_shard *out);
+
+/* Reads [o->first, o->end) of every state section of checkpoint directory
+ * dir (manifest mf, already parsed) into o's buffers: from the shard files
+ * that overlap the range (format 2), checking the chunk checksum of every
+ * chunk it reads (and the file's size), or, for format 1, from slices of
+ * optimizer.safetensors (host memory only; that file is checked whole by
+ * whoever verified the checkpoint: llmt_ckpt_latest on rank 0). Damage is
+ * LLMT_ECORRUPT naming the file; an optimizer of another precision than the
+ * checkpoint's LLMT_EINVAL. o->cfg and o->steps are left to the caller. */
+int llmt_ckpt_shard_read(const char *dir, const llmt_manifest *mf, llmt_optimizer *o);
+
+/* Rank 0's side of a sharded save of state (whose optimizer is sharded) in
+ * tier: checks it as llmt_ckpt_save does, joins an async save, gathers the
+ * state other than the optimizer tensors into *snap (its manifest format 2
+ * with the optimizer's configuration, step count and world size) and makes
+ * the step's temporary directory *tmp (malloc'ed). On failure nothing is
+ * left to release. */
+int llmt_ckpt_sharded_begin(llmt_ckpt_store *s, const llmt_train_state *st, int32_t tier,
+                            ckpt_snapshot *snap, char **tmp);
+
+/* Writes model.safetensors and user.bin of snap into tmp. */
+int llmt_ckpt_sharded_write_common(const char *tmp, ckpt_snapshot *snap, int sync);
+
+/* Writes snap's manifest (format 2, its shards filled in: one record per
+ * rank) as tmp's MANIFEST and commits tmp as the step (fsync, rename,
+ * rotation: llmt_ckpt_commit's second half). tmp is removed on failure. */
+int llmt_ckpt_sharded_commit(llmt_ckpt_store *s, ckpt_snapshot *snap, const char *tmp);
+
+#endif

@@ -1,0 +1,35 @@
+/* ZeRO-1 ownership: which range of the flat parameter buffer each rank
+ * owns, and the buffers a sharded optimizer allocates for it. Both the
+ * optimizer and the planner size with these functions. */
+#ifndef LLMT_DIST_SHARD_H
+#define LLMT_DIST_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Ranges start and end on multiples of this many elements (except the last
+ * end, the buffer's): the gradient norm is summed per granule, so partial
+ * sums do not depend on where one rank's range ends. */
+#define LLMT_SHARD_GRANULE 4096
+
+/* Bytes of gradient one exchange window moves per rank pair at most is
+ * LLMT_EXCHANGE_BYTES / size: the receive buffer stays under this. */
+#define LLMT_EXCHANGE_BYTES ((size_t)64 << 20)
+
+/* The range [*first, *end) of num_params elements that rank owns among
+ * size ranks: granules split as evenly as they go (ranks may own nothing
+ * when there are fewer granules than ranks). */
+void llmt_shard_range(int64_t num_params, int32_t size, int32_t rank, int64_t *first,
+                      int64_t *end);
+
+/* Elements of one exchange window for size ranks and elem_size-byte
+ * gradients (a multiple of LLMT_SHARD_GRANULE, at least one granule). */
+int64_t llmt_exchange_window(int32_t size, size_t elem_size);
+
+/* Bytes a sharded optimizer allocates on rank (see llmt_optimizer_sizes for
+ * the moments and master weights of `owned` elements): the owner's gradient
+ * sum (GRADIENTS) and the exchange receive buffer (WORKSPACE). */
+void llmt_shard_buffer_sizes(int64_t num_params, int32_t size, int32_t rank, size_t grad_size,
+                             size_t *grad_sum_bytes, size_t *recv_bytes);
+
+#endif

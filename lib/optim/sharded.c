@@ -1,0 +1,221 @@
+/* ZeRO-1: an optimizer that owns one range of the flat parameter buffer.
+ * Gradients reach their owner through the communicator, the owner adds the
+ * contributions in a fixed order, updates its range, and the ranges are
+ * all-gathered back into every rank's weights. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "core/context_internal.h"
+#include "core/error.h"
+#include "dist/shard.h"
+#include "model/model_internal.h"
+#include "model/transfer.h"
+#include "optim/optim_internal.h"
+
+/* A hash of what every rank must agree on before the first exchange: the
+ * model's shape, dtype and weights, and the optimizer's configuration. */
+static uint64_t agreement_hash(const llmt_optimizer *o, int32_t reduce_mode)
+{
+    const llmt_model *m = o->model;
+    const llmt_optimizer_config *c = &o->cfg;
+    double settings[] = {c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->grad_clip,
+                         c->min_lr, (double)c->decay_norms, (double)c->schedule,
+                         (double)c->warmup_steps, (double)c->total_steps,
+                         (double)m->num_params, (double)m->dt, (double)m->cfg.precision,
+                         (double)reduce_mode};
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return 0;
+    XXH3_64bits_reset(h);
+    XXH3_64bits_update(h, settings, sizeof settings);
+    for (int32_t i = 0; i < m->n_params; i++)
+        XXH3_64bits_update(h, m->params[i].name, strlen(m->params[i].name));
+    XXH3_64bits_update(h, m->weights.ptr, m->weights.bytes);
+    uint64_t v = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return v;
+}
+
+/* Fills the ranks' element and granule bounds and allocates this rank's
+ * share; each rank reports its own failure and the ranks agree on it. */
+static int setup(llmt_optimizer *o, llmt_comm *comm, int32_t reduce_mode)
+{
+    llmt_model *m = o->model;
+    const int32_t n = llmt_comm_size(comm), me = llmt_comm_rank(comm);
+    o->comm = comm;
+    o->reduce_mode = reduce_mode;
+    o->bounds = calloc((size_t)n + 1, sizeof *o->bounds);
+    o->block_bounds = calloc((size_t)n + 1, sizeof *o->block_bounds);
+    o->tensor_bounds = calloc((size_t)n + 1, sizeof *o->tensor_bounds);
+    if (!o->bounds || !o->block_bounds || !o->tensor_bounds)
+        return llmt_fail(LLMT_ENOMEM, "llmt_optimizer_create_sharded: out of host memory");
+    for (int32_t r = 0; r < n; r++) {
+        int64_t end = 0;
+        llmt_shard_range(m->num_params, n, r, &o->bounds[r], &end);
+        o->bounds[r + 1] = end;
+    }
+    for (int32_t r = 0; r <= n; r++) /* range starts are granules, or the end */
+        o->block_bounds[r] = (o->bounds[r] + LLMT_SHARD_GRANULE - 1) / LLMT_SHARD_GRANULE;
+    LLMT_TRY(llmt_optimizer_alloc_state(o, o->bounds[me], o->bounds[me + 1]));
+    size_t sum_bytes = 0, recv_bytes = 0;
+    llmt_shard_buffer_sizes(m->num_params, n, me, llmt_dtype_size(m->dt), &sum_bytes, &recv_bytes);
+    LLMT_TRY(llmt_buf_alloc(m->ctx, &o->grad_sum, LLMT_MEM_GRADS, sum_bytes,
+                            "owned gradient sum"));
+    return llmt_buf_alloc(m->ctx, &o->recv, LLMT_MEM_WORKSPACE, recv_bytes,
+                          "gradient exchange buffer");
+}
+
+/* The checks one rank can make alone; their outcome is agreed. */
+static int check_sharded(const char *fn, llmt_model *model, const llmt_optimizer_config *cfg,
+                         llmt_comm *comm, int32_t reduce_mode)
+{
+    if (!model || !cfg)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !model ? "model" : "cfg");
+    if (comm->device_memory)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: comm is an NCCL communicator on device "
+                         "memory, and data-parallel training on the CUDA backend is not "
+                         "implemented yet", fn);
+    if (reduce_mode != LLMT_REDUCE_DETERMINISTIC && reduce_mode != LLMT_REDUCE_FAST)
+        return llmt_fail(LLMT_EINVAL, "%s: reduce_mode = %d is not an llmt_reduce_mode", fn,
+                         reduce_mode);
+    LLMT_TRY(llmt_optimizer_config_check(cfg, fn));
+    const llmt_backend_ops *ops = model->ops;
+    if (!ops->adamw || !ops->cast || !ops->add || !ops->grad_stats_blocks || !ops->host_memory)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: the %s backend cannot shard the optimizer (it "
+                         "needs blocked gradient statistics and host-memory buffers)", fn,
+                         ops->name);
+    return LLMT_OK;
+}
+
+int llmt_optimizer_create_sharded(llmt_optimizer **out, llmt_model *model,
+                                  const llmt_optimizer_config *cfg, llmt_comm *comm,
+                                  int32_t reduce_mode)
+{
+    const char *fn = "llmt_optimizer_create_sharded";
+    if (!out || !comm)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, out ? "comm" : "out");
+    *out = NULL;
+    int rc = check_sharded(fn, model, cfg, comm, reduce_mode);
+    llmt_optimizer *o = rc ? NULL : calloc(1, sizeof *o);
+    if (!rc && !o)
+        rc = llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
+    rc = llmt_comm_agree(comm, rc); /* before the collectives below */
+    if (rc) {
+        free(o);
+        return rc;
+    }
+    o->model = model;
+    o->cfg = *cfg;
+    rc = llmt_comm_check_same(comm, "the model (configuration and weights), the optimizer "
+                              "configuration or the reduce mode", agreement_hash(o, reduce_mode));
+    if (!rc)
+        rc = llmt_comm_agree(comm, setup(o, comm, reduce_mode));
+    if (rc) {
+        llmt_optimizer_free(o);
+        return llmt_fail_prefix(rc, "%s", fn);
+    }
+    *out = o;
+    return LLMT_OK;
+}
+
+void llmt_optimizer_free_sharded(llmt_optimizer *o)
+{
+    llmt_context *ctx = o->model->ctx;
+    llmt_buf_free(ctx, &o->grad_sum);
+    llmt_buf_free(ctx, &o->recv);
+    free(o->bounds);
+    free(o->block_bounds);
+    free(o->tensor_bounds);
+}
+
+int llmt_optimizer_reduce_begin(llmt_optimizer *o)
+{
+    const llmt_model *m = o->model;
+    o->grads_reduced = 1;
+    return m->ops->mem_zero(m->dev, o->grad_sum.ptr, o->grad_sum.bytes);
+}
+
+int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
+{
+    const llmt_model *m = o->model;
+    const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
+    const size_t es = llmt_dtype_size(m->dt);
+    const int64_t P = m->num_params, window = llmt_exchange_window(n, es);
+    size_t *counts = o->comm->counts;
+    size_t *send_bytes = counts, *send_offsets = counts + n, *recv_bytes = counts + 2 * n,
+           *recv_offsets = counts + 3 * n;
+    int rc = LLMT_OK;
+    for (int64_t w0 = 0; w0 < P && !rc; w0 += window) {
+        int64_t w1 = w0 + window < P ? w0 + window : P;
+        for (int32_t r = 0; r < n; r++) {
+            int64_t a = o->bounds[r] > w0 ? o->bounds[r] : w0;
+            int64_t b = o->bounds[r + 1] < w1 ? o->bounds[r + 1] : w1;
+            send_bytes[r] = present[me] && b > a ? (size_t)(b - a) * es : 0;
+            send_offsets[r] = b > a ? (size_t)(a - w0) * es : 0;
+        }
+        int64_t a = o->first > w0 ? o->first : w0, b = o->end < w1 ? o->end : w1;
+        size_t slot = b > a ? (size_t)(b - a) * es : 0;
+        for (int32_t r = 0; r < n; r++) {
+            recv_bytes[r] = present[r] ? slot : 0;
+            recv_offsets[r] = (size_t)r * slot;
+        }
+        rc = llmt_comm_alltoallv(o->comm, "gradient exchange", llmt_model_at(m, &m->grads, w0),
+                                 send_bytes, send_offsets, o->recv.ptr, recv_bytes, recv_offsets);
+        /* In rank order, which is global micro-batch order within a round. */
+        for (int32_t r = 0; r < n && !rc && slot; r++)
+            if (present[r])
+                rc = m->ops->add(m->dev, (char *)o->grad_sum.ptr + (size_t)(a - o->first) * es,
+                                 (char *)o->recv.ptr + recv_offsets[r], b - a, m->dt);
+    }
+    return rc;
+}
+
+int llmt_optimizer_sharded_stats(llmt_optimizer *o, float inv_scale, double *sumsq,
+                                 int64_t *nonfinite)
+{
+    const llmt_model *m = o->model;
+    const int32_t me = llmt_comm_rank(o->comm), n = llmt_comm_size(o->comm);
+    int64_t bad = 0;
+    if (o->end > o->first)
+        LLMT_TRY(m->ops->grad_stats_blocks(m->dev, o->grad_sum.ptr, o->end - o->first, m->dt,
+                                           inv_scale, LLMT_SHARD_GRANULE,
+                                           o->partials + o->block_bounds[me], &bad));
+    LLMT_TRY(llmt_comm_allgather_ranges(o->comm, "gradient norm", o->partials, sizeof(double),
+                                        o->block_bounds));
+    LLMT_TRY(llmt_comm_allreduce_i64(o->comm, "gradient norm", &bad, 1, LLMT_COMM_SUM));
+    double total = 0.0;
+    for (int64_t b = 0; b < o->block_bounds[n]; b++) /* block order, as unsharded */
+        total += o->partials[b];
+    *sumsq = total;
+    *nonfinite = bad;
+    return LLMT_OK;
+}
+
+int llmt_optimizer_gather_weights(llmt_optimizer *o)
+{
+    llmt_model *m = o->model;
+    return llmt_comm_allgather_ranges(o->comm, "weight all-gather", m->weights.ptr,
+                                      llmt_dtype_size(m->dt), o->bounds);
+}
+
+int llmt_optimizer_gather_tensor(llmt_optimizer *o, const void *base, int dt, int64_t s, int64_t n,
+                                 float *out)
+{
+    const int32_t size = llmt_comm_size(o->comm);
+    int64_t *tb = o->tensor_bounds;
+    for (int32_t r = 0; r <= size; r++) {
+        int64_t x = o->bounds[r] < s ? s : o->bounds[r] > s + n ? s + n : o->bounds[r];
+        tb[r] = x - s;
+    }
+    const int32_t me = llmt_comm_rank(o->comm);
+    int rc = LLMT_OK;
+    if (tb[me + 1] > tb[me])
+        rc = llmt_transfer_out(o->model, base, dt, s + tb[me] - o->first, out + tb[me],
+                               tb[me + 1] - tb[me]);
+    rc = llmt_comm_agree(o->comm, rc);
+    if (!rc)
+        rc = llmt_comm_allgather_ranges(o->comm, "llmt_optimizer_get_state", out, sizeof(float), tb);
+    return rc;
+}

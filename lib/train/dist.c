@@ -1,0 +1,168 @@
+/* The trainer's data-parallel step: the global batch's micro-batches run
+ * across the ranks of a sharded optimizer, each micro-batch's gradient is
+ * reduced to its owners, and checkpoints go through rank 0. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "core/error.h"
+#include "model/model_internal.h"
+#include "optim/optim_internal.h"
+#include "train/trainer_internal.h"
+
+/* Targets that count (not -1) among n. */
+static int64_t counted(const int32_t *targets, int64_t n)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++)
+        c += targets[i] >= 0;
+    return c;
+}
+
+/* The geometry of a step: K micro-batches of up to b rows. */
+typedef struct split {
+    int32_t rows_per, count;
+    double denominator; /* counted targets of the global batch (1 when none) */
+    int64_t total;
+} split;
+
+/* Forward and backward of micro-batch g, its loss sum stored as bits in
+ * loss_bits[g] (an allreduce of integers then moves it exactly). */
+static int run_micro(llmt_trainer *tr, const split *sp, int32_t g, double scale, int64_t *loss_bits)
+{
+    const int32_t B = tr->cfg.batch_size, T = tr->cfg.seq_len;
+    int32_t first = g * sp->rows_per, rows = B - first < sp->rows_per ? B - first : sp->rows_per;
+    size_t off = (size_t)first * (size_t)T;
+    double loss = 0.0;
+    LLMT_TRY(llmt_model_forward_backward(tr->parts.model, tr->tokens + off, tr->targets + off, rows,
+                                         T, scale, sp->denominator, &loss));
+    double sum = loss * (double)counted(tr->targets + off, (int64_t)rows * T);
+    memcpy(&loss_bits[g], &sum, sizeof sum);
+    return LLMT_OK;
+}
+
+/* Deterministic: round j runs micro-batch j N + r on rank r, and each owner
+ * adds the round's gradients in rank order, which is micro-batch order. */
+static int deterministic_rounds(llmt_trainer *tr, const split *sp, double scale, int64_t *loss_bits,
+                                uint8_t *present, int *failed)
+{
+    llmt_optimizer *o = tr->parts.optimizer;
+    const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
+    for (int32_t j = 0; j * n < sp->count; j++) {
+        int32_t g = j * n + me;
+        int rc = llmt_model_zero_grads(tr->parts.model);
+        if (!rc && g < sp->count)
+            rc = run_micro(tr, sp, g, scale, loss_bits);
+        LLMT_TRY(llmt_comm_agree_code(o->comm, rc, failed));
+        for (int32_t r = 0; r < n; r++)
+            present[r] = j * n + r < sp->count;
+        LLMT_TRY(llmt_optimizer_reduce_round(o, present));
+    }
+    return LLMT_OK;
+}
+
+/* Fast: rank r runs its window of micro-batches in place, then one exchange. */
+static int fast_window(llmt_trainer *tr, const split *sp, double scale, int64_t *loss_bits,
+                       uint8_t *present, int *failed)
+{
+    llmt_optimizer *o = tr->parts.optimizer;
+    const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
+    int rc = llmt_model_zero_grads(tr->parts.model);
+    for (int32_t g = sp->count * me / n; !rc && g < sp->count * (me + 1) / n; g++)
+        rc = run_micro(tr, sp, g, scale, loss_bits);
+    LLMT_TRY(llmt_comm_agree_code(o->comm, rc, failed));
+    for (int32_t r = 0; r < n; r++)
+        present[r] = sp->count * (r + 1) / n > sp->count * r / n;
+    return llmt_optimizer_reduce_round(o, present);
+}
+
+int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *loss, int *failed)
+{
+    const llmt_trainer_parts *p = &tr->parts;
+    llmt_optimizer *o = p->optimizer;
+    const int32_t B = tr->cfg.batch_size, T = tr->cfg.seq_len;
+    int32_t micro = p->slicer ? llmt_slicer_micro_batch(p->slicer) : B;
+    split sp = {micro < B ? micro : B, 0, 1.0, counted(tr->targets, (int64_t)B * T)};
+    sp.count = (B + sp.rows_per - 1) / sp.rows_per;
+    sp.denominator = sp.total > 0 ? (double)sp.total : 1.0;
+    *failed = LLMT_OK;
+    llmt_model *m = p->model;
+    int rc = LLMT_OK;
+    /* One micro-batch's arena, as the slicer keeps it. */
+    if (!m->have_arena || m->layout.batch != sp.rows_per || m->layout.seq != T ||
+        memcmp(m->arena_flags, m->rc_flags, (size_t)m->dims.layers) != 0)
+        rc = llmt_model_reserve_activations(m, sp.rows_per, T);
+    int64_t *loss_bits = calloc((size_t)sp.count, sizeof *loss_bits);
+    uint8_t *present = calloc((size_t)llmt_comm_size(o->comm), 1);
+    if (!rc && (!loss_bits || !present))
+        rc = llmt_fail(LLMT_ENOMEM, "trainer: out of host memory");
+    if (!rc)
+        rc = llmt_optimizer_reduce_begin(o);
+    /* Every rank's local work before the first collective of the step is
+     * agreed, then the step's shape: the same micro-batch and recompute on
+     * every rank, or the micro-batches would not line up. */
+    rc = llmt_comm_agree_code(o->comm, rc, failed);
+    if (!rc)
+        rc = llmt_comm_check_same(o->comm, "the micro-batch and recompute policy of the step",
+                                  XXH3_64bits_withSeed(m->rc_flags, (size_t)m->dims.layers,
+                                                       (uint64_t)sp.rows_per << 32 | (uint64_t)T));
+    if (!rc)
+        rc = o->reduce_mode == LLMT_REDUCE_FAST
+                 ? fast_window(tr, &sp, scale, loss_bits, present, failed)
+                 : deterministic_rounds(tr, &sp, scale, loss_bits, present, failed);
+    /* Each micro-batch's loss sum came from one rank, zeros from the others. */
+    if (!rc)
+        rc = llmt_comm_allreduce_i64(o->comm, "loss", loss_bits, (size_t)sp.count, LLMT_COMM_SUM);
+    double sum = 0.0;
+    for (int32_t g = 0; !rc && g < sp.count; g++) { /* micro-batch order, as the slicer */
+        double x = 0.0;
+        memcpy(&x, &loss_bits[g], sizeof x);
+        sum += x;
+    }
+    *loss = sp.total > 0 ? sum / (double)sp.total : 0.0;
+    free(loss_bits);
+    free(present);
+    return rc;
+}
+
+uint64_t llmt_trainer_dist_hash(const llmt_trainer *tr)
+{
+    const llmt_trainer_parts *p = &tr->parts;
+    const llmt_trainer_config *c = &tr->cfg;
+    llmt_loader_state at[2] = {LLMT_LOADER_STATE_INIT, LLMT_LOADER_STATE_INIT};
+    llmt_loader_get_state(p->loader, &at[0]);
+    if (p->eval_loader)
+        llmt_loader_get_state(p->eval_loader, &at[1]);
+    uint64_t v[] = {(uint64_t)c->batch_size, (uint64_t)c->seq_len, (uint64_t)c->total_steps,
+                    (uint64_t)c->eval_every, (uint64_t)c->eval_batches,
+                    (uint64_t)c->checkpoint_every, (uint64_t)c->fast_checkpoint_every,
+                    (uint64_t)c->adaptive, (uint64_t)c->relax_window,
+                    (uint64_t)(c->memory_threshold * 1e9), (uint64_t)(c->hysteresis * 1e9),
+                    (uint64_t)(p->slicer ? llmt_slicer_micro_batch(p->slicer) : 0),
+                    p->scaler != NULL, p->eval_loader != NULL,
+                    at[0].epoch, at[0].shard_cursor, at[0].window_cursor, at[0].windows_consumed,
+                    at[0].seed, at[0].fingerprint, at[1].seed, at[1].fingerprint};
+    return XXH3_64bits_withSeed(v, sizeof v, XXH3_64bits(p->model->rc_flags,
+                                                         (size_t)p->model->dims.layers));
+}
+
+int llmt_trainer_dist_memory(llmt_trainer *tr, uint64_t *peak, uint64_t *capacity)
+{
+    /* The largest peak and the smallest capacity: MAX of (peak, -capacity). */
+    int64_t v[2] = {(int64_t)*peak, -(int64_t)*capacity};
+    LLMT_TRY(llmt_comm_allreduce_i64(tr->parts.optimizer->comm, "memory agreement", v, 2,
+                                     LLMT_COMM_MAX));
+    *peak = (uint64_t)v[0];
+    *capacity = (uint64_t)-v[1];
+    return LLMT_OK;
+}
+
+int llmt_trainer_dist_any(llmt_trainer *tr, int *flag)
+{
+    int64_t v = *flag != 0;
+    LLMT_TRY(llmt_comm_allreduce_i64(tr->parts.optimizer->comm, "stop agreement", &v, 1,
+                                     LLMT_COMM_MAX));
+    *flag = (int)v;
+    return LLMT_OK;
+}

@@ -1,0 +1,297 @@
+/* Checkpoints of a data-parallel run (format_version 2: docs/checkpoint-
+ * format.md, "Sharded checkpoints"). Rank 0 alone holds the store and its
+ * lock. Saving, it makes the step's temporary directory and tells the
+ * others its path; every rank writes and fsyncs its optimizer range there,
+ * rank 0 the weights and the user blob besides; the ranks agree, send rank 0
+ * their file records, and rank 0 writes the MANIFEST and renames. A failure
+ * anywhere removes the temporary directory: the previous checkpoint stays
+ * the newest valid one. Resuming, rank 0 picks the newest valid checkpoint
+ * (verified whole) and hands every rank the weights and the run's position;
+ * each rank reads only its own range of the optimizer state, from whatever
+ * world size saved it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/check.h"
+#include "ckpt/shards.h"
+#include "core/error.h"
+#include "model/model_internal.h"
+#include "optim/optim_internal.h"
+#include "train/trainer_internal.h"
+#include "util/fsutil.h"
+
+#define ROOT 0
+#define PATH_CAP 4096
+
+/* llmt_comm_agree, except that every rank fails with the status and the
+ * message of the lowest failed rank (prefixed with its rank), so a damaged
+ * file one rank found is named on all of them. */
+static int agree_told(llmt_comm *c, int rc)
+{
+    const int32_t me = llmt_comm_rank(c), n = llmt_comm_size(c);
+    int64_t v = rc ? n - me : 0; /* the largest is the lowest failed rank */
+    LLMT_TRY(llmt_comm_allreduce_i64(c, "checkpoint outcome", &v, 1, LLMT_COMM_MAX));
+    if (!v)
+        return LLMT_OK;
+    const int32_t who = (int32_t)(n - v);
+    struct {
+        int64_t status;
+        char text[1024];
+    } told;
+    told.status = rc;
+    snprintf(told.text, sizeof told.text, "%s", rc ? llmt_error_last() : "");
+    LLMT_TRY(llmt_comm_broadcast(c, "checkpoint outcome", &told, sizeof told, who));
+    if (who == me)
+        return rc; /* its own message stands */
+    return llmt_fail((int)told.status, "rank %d: %s", (int)who, told.text);
+}
+
+/* A rank's file record, as sent to rank 0 (its chunk checksums follow
+ * separately). */
+typedef struct record {
+    char name[64];
+    uint64_t bytes, xxh3, n_chunks;
+    int64_t first, end;
+} record;
+
+/* Sends every rank's shard record to every rank (all-gathers: two
+ * collectives, records then chunk checksums) and, on root, builds the
+ * manifest's shard table into *out (malloc'ed). */
+static int exchange_records(llmt_comm *c, const llmt_manifest_shard *mine,
+                            llmt_manifest_shard **out)
+{
+    const int32_t n = llmt_comm_size(c), me = llmt_comm_rank(c);
+    *out = NULL;
+    record *recs = calloc((size_t)n, sizeof *recs);
+    size_t *bytes = calloc((size_t)n * 2, sizeof *bytes);
+    llmt_manifest_shard *sh = calloc((size_t)n, sizeof *sh);
+    uint64_t *chunks = NULL;
+    int rc = recs && bytes && sh ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    if (!rc) {
+        record *r = &recs[me];
+        snprintf(r->name, sizeof r->name, "%s", mine->file.name);
+        r->bytes = mine->file.bytes;
+        r->xxh3 = mine->file.xxh3;
+        r->n_chunks = mine->n_chunks;
+        r->first = mine->first;
+        r->end = mine->end;
+        for (int32_t i = 0; i < n; i++) {
+            bytes[i] = sizeof *recs;
+            bytes[n + i] = (size_t)i * sizeof *recs;
+        }
+        rc = llmt_comm_allgatherv(c, "checkpoint records", &recs[me], recs, bytes, bytes + n);
+    }
+    size_t total = 0;
+    for (int32_t i = 0; i < n && !rc; i++) {
+        bytes[i] = (size_t)recs[i].n_chunks * sizeof *chunks;
+        bytes[n + i] = total;
+        total += bytes[i];
+    }
+    if (!rc && !(chunks = malloc(total ? total : 1)))
+        rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    if (!rc) {
+        if (bytes[me])
+            memcpy((char *)chunks + bytes[n + me], mine->chunks, bytes[me]);
+        rc = llmt_comm_allgatherv(c, "checkpoint records", (char *)chunks + bytes[n + me],
+                                  chunks, bytes, bytes + n);
+    }
+    for (int32_t i = 0; i < n && !rc && me == ROOT; i++) {
+        snprintf(sh[i].file.name, sizeof sh[i].file.name, "%s", recs[i].name);
+        sh[i].file.bytes = recs[i].bytes;
+        sh[i].file.xxh3 = recs[i].xxh3;
+        sh[i].first = recs[i].first;
+        sh[i].end = recs[i].end;
+        sh[i].n_chunks = (size_t)recs[i].n_chunks;
+        if (bytes[i] && !(sh[i].chunks = malloc(bytes[i])))
+            rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+        else if (bytes[i])
+            memcpy(sh[i].chunks, (char *)chunks + bytes[n + i], bytes[i]);
+    }
+    if (!rc && me == ROOT) {
+        *out = sh;
+        sh = NULL;
+    }
+    for (int32_t i = 0; sh && i < n; i++)
+        free(sh[i].chunks);
+    free(sh);
+    free(chunks);
+    free(bytes);
+    free(recs);
+    return rc;
+}
+
+/* What rank 0 tells the others before they write. */
+typedef struct save_start {
+    int64_t sync;
+    char tmp[PATH_CAP];
+} save_start;
+
+int llmt_trainer_dist_save(llmt_trainer *tr, int32_t tier)
+{
+    llmt_optimizer *o = tr->parts.optimizer;
+    llmt_comm *c = o->comm;
+    const int root = llmt_comm_rank(c) == ROOT;
+    llmt_train_state st = LLMT_TRAIN_STATE_INIT;
+    char blob[256];
+    llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
+    ckpt_snapshot snap;
+    memset(&snap, 0, sizeof snap);
+    save_start start;
+    memset(&start, 0, sizeof start);
+    char *tmp = NULL;
+    int rc = LLMT_OK;
+    if (root) {
+        llmt_ckpt_store *s = tr->parts.store;
+        rc = s ? llmt_ckpt_sharded_begin(s, &st, tier, &snap, &tmp)
+               : llmt_fail(LLMT_ESTATE, "checkpoint: rank 0 has no checkpoint store");
+        if (!rc && strlen(tmp) >= sizeof start.tmp)
+            rc = llmt_fail(LLMT_EINVAL, "checkpoint: %s: path too long", tmp);
+        if (!rc) {
+            snprintf(start.tmp, sizeof start.tmp, "%s", tmp);
+            start.sync = s->sync[tier];
+        }
+    }
+    rc = agree_told(c, rc);
+    if (!rc)
+        rc = llmt_comm_broadcast(c, "checkpoint start", &start, sizeof start, ROOT);
+    llmt_manifest_shard mine;
+    memset(&mine, 0, sizeof mine);
+    if (!rc) {
+        rc = llmt_ckpt_shard_write(start.tmp, o, llmt_comm_rank(c), llmt_comm_size(c),
+                                   (int)start.sync, &mine);
+        if (!rc && root)
+            rc = llmt_ckpt_sharded_write_common(start.tmp, &snap, (int)start.sync);
+        if (rc)
+            llmt_fail_prefix(rc, "checkpoint step %lld", (long long)tr->step);
+        rc = agree_told(c, rc);
+    }
+    llmt_manifest_shard *shards = NULL;
+    if (!rc)
+        rc = agree_told(c, exchange_records(c, &mine, &shards));
+    if (shards) { /* rank 0's manifest owns them from here on */
+        snap.manifest.shards = shards;
+        snap.manifest.world_size = llmt_comm_size(c);
+    }
+    if (!rc) /* rank 0 commits (or removes tmp); the ranks learn how it went */
+        rc = agree_told(c, root ? llmt_ckpt_sharded_commit(tr->parts.store, &snap, tmp) : LLMT_OK);
+    else if (root && tmp) { /* an agreed failure: what was written goes */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        llmt_remove_tree(tmp);
+        llmt_fail(rc, "%s", why);
+    }
+    llmt_ckpt_snapshot_free(&snap); /* the shards included */
+    free(mine.chunks);
+    free(tmp);
+    tr->saved[tier] = rc ? -1 : tr->step;
+    return rc;
+}
+
+/* What rank 0 tells the others after loading a checkpoint. */
+typedef struct position {
+    int64_t found, step, tokens_seen;
+    int32_t tier;
+    uint64_t blob_len;
+    char blob[256];
+    llmt_loader_state loader;
+    llmt_loss_scaler_state scaler;
+    llmt_optimizer_config opt_cfg;
+    int64_t opt_steps;
+    char dir[PATH_CAP]; /* the checkpoint's directory */
+} position;
+
+/* Applies rank 0's position on another rank. */
+static int take_position(llmt_trainer *tr, const position *pos)
+{
+    const llmt_trainer_parts *p = &tr->parts;
+    LLMT_TRY(llmt_loader_set_state(p->loader, &pos->loader));
+    if (p->scaler)
+        LLMT_TRY(llmt_loss_scaler_set_state(p->scaler, &pos->scaler));
+    LLMT_TRY(llmt_trainer_restore_blob(tr, pos->blob, (size_t)pos->blob_len));
+    tr->step = pos->step;
+    tr->tokens_seen = pos->tokens_seen;
+    tr->saved[pos->tier] = pos->found;
+    return LLMT_OK;
+}
+
+/* On rank 0: loads the newest valid checkpoint but the optimizer's tensors
+ * (llmt_trainer_resume_into without an optimizer) and fills pos. */
+static int root_load(llmt_trainer *tr, position *pos)
+{
+    const llmt_trainer_parts *p = &tr->parts;
+    size_t len = 0;
+    LLMT_TRY(llmt_trainer_resume_into(tr, NULL, &pos->found, pos->blob, sizeof pos->blob, &len));
+    if (pos->found < 0)
+        return LLMT_OK;
+    pos->blob_len = len;
+    pos->step = tr->step;
+    pos->tokens_seen = tr->tokens_seen;
+    for (int32_t t = 0; t < 2; t++)
+        if (tr->saved[t] == pos->found)
+            pos->tier = t;
+    pos->loader.version = LLMT_LOADER_STATE_VERSION;
+    pos->scaler.version = LLMT_LOSS_SCALER_STATE_VERSION;
+    LLMT_TRY(llmt_loader_get_state(p->loader, &pos->loader));
+    if (p->scaler)
+        LLMT_TRY(llmt_loss_scaler_get_state(p->scaler, &pos->scaler));
+    size_t need = 0;
+    LLMT_TRY(llmt_ckpt_path(p->store, pos->found, pos->tier, pos->dir, sizeof pos->dir, &need));
+    llmt_manifest mf;
+    LLMT_TRY(llmt_ckpt_read_manifest_at(pos->dir, pos->dir, pos->found, &mf));
+    int rc = mf.has_optimizer ? llmt_optimizer_config_check(&mf.optimizer, "the checkpoint's "
+                                                            "optimizer")
+                              : llmt_fail(LLMT_EINVAL, "the checkpoint has no optimizer state");
+    pos->opt_cfg = mf.optimizer;
+    pos->opt_steps = mf.optimizer_steps;
+    llmt_manifest_clear(&mf);
+    return rc;
+}
+
+/* On every rank: this rank's range of the optimizer state, from the files
+ * of the checkpoint in pos->dir. */
+static int read_range(llmt_optimizer *o, const position *pos)
+{
+    char label[PATH_CAP + 16];
+    snprintf(label, sizeof label, "checkpoint %s", pos->dir);
+    llmt_manifest mf;
+    int rc = llmt_ckpt_read_manifest_at(pos->dir, label, pos->found, &mf);
+    if (!rc) {
+        rc = llmt_ckpt_shard_read(pos->dir, &mf, o);
+        if (rc)
+            llmt_fail_prefix(rc, "%s", label);
+    }
+    llmt_manifest_clear(&mf);
+    o->cfg = pos->opt_cfg;
+    o->steps = pos->opt_steps;
+    o->weights_epoch = o->model->weights_epoch; /* the master came with the weights */
+    return rc;
+}
+
+int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step)
+{
+    llmt_optimizer *o = tr->parts.optimizer;
+    llmt_model *m = tr->parts.model;
+    const int root = llmt_comm_rank(o->comm) == ROOT;
+    position *pos = calloc(1, sizeof *pos);
+    if (!pos)
+        return llmt_comm_agree(o->comm, llmt_fail(LLMT_ENOMEM, "resume: out of memory"));
+    pos->found = -1;
+    int rc = agree_told(o->comm, root ? root_load(tr, pos) : LLMT_OK);
+    if (!rc)
+        rc = llmt_comm_broadcast(o->comm, "resume", pos, sizeof *pos, ROOT);
+    if (!rc && pos->found >= 0)
+        rc = llmt_comm_broadcast_all(o->comm, "resume: weights", m->weights.ptr, m->weights.bytes,
+                                     ROOT);
+    if (!rc && pos->found >= 0) {
+        if (!root)
+            m->weights_epoch++; /* the weights changed under the optimizer */
+        rc = read_range(o, pos);
+        if (!rc && !root)
+            rc = take_position(tr, pos);
+        rc = agree_told(o->comm, rc);
+    }
+    *step = rc ? -1 : pos->found;
+    free(pos);
+    return rc;
+}

@@ -1,0 +1,435 @@
+/* Data-parallel training under mpiexec -n N: in deterministic mode, 20 steps
+ * on N ranks give bitwise the weights, optimizer state and losses of one
+ * process without a communicator whose slicer accumulates in order (the
+ * reference, run on every rank), in every precision mode (fp16_mixed with
+ * loss-scale overflows skipping steps), also when a rank owns no
+ * parameters or runs no micro-batch; fast mode stays within a tolerance; a
+ * checkpoint saved by N ranks resumes on N ranks and in one process to the
+ * same bits; ranks that disagree (weights, micro-batch) are refused on
+ * every rank; a step callback stopping one rank stops all. Threads: one
+ * per rank. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "llmt/comm_mpi.h"
+#include "llmt/llmt.h"
+#include "model/model_internal.h"
+
+enum { VOCAB = 32, B = 12, MICRO = 2, T = 8, STEPS = 20, HALF = 10 };
+
+static int rank, failures;
+
+static void must(int rc, const char *what)
+{
+    if (rc != LLMT_OK) {
+        fprintf(stderr, "rank %d: %s: status %d: %s\n", rank, what, rc, llmt_error_last());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+#define EXPECT(cond, ...)                                                   \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fprintf(stderr, "\n");                                          \
+            failures++;                                                     \
+        }                                                                   \
+    } while (0)
+
+/* One shard of a learnable token stream (the same on every rank). */
+static void write_shard(const char *dir)
+{
+    enum { N = 1601 };
+    static int32_t tokens[N];
+    uint32_t x = 4242u;
+    int32_t tok = 1;
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        tok = (x >> 28) == 0 ? (int32_t)((x >> 8) % VOCAB) : (tok * 5 + 3) % VOCAB;
+        tokens[i] = tok;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    must(llmt_shard_write(path, tokens, N, LLMT_SHARD_VERSION_U16), "shard write");
+}
+
+/* The shape of the next runs: layers (1 leaves ranks of -n 4 owning no
+ * parameter) and micro-batch rows (B: one micro-batch, fewer than ranks). */
+static int32_t layers = 2, micro = MICRO;
+
+typedef struct run {
+    llmt_context *ctx;
+    llmt_model *model;
+    llmt_optimizer *opt;
+    llmt_loss_scaler *scaler;
+    llmt_slicer *slicer;
+    llmt_loader *loader;
+    llmt_ckpt_store *store;
+    llmt_trainer *tr;
+} run;
+
+/* A run over dir's shard: sharded over comm (NULL: one process with an
+ * ordered slicer); with ckpt_dir, rank 0 holds a store there and the run
+ * checkpoints every `every` steps (0: never). */
+static void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduce,
+                     const char *ckpt_dir, int64_t every, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    cc.num_threads = 1;
+    cc.seed = seed;
+    must(llmt_context_create(&r->ctx, &cc), "context");
+    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
+    mc.vocab_size = VOCAB;
+    mc.hidden_size = 32;
+    mc.num_layers = layers;
+    mc.num_heads = 4;
+    mc.num_kv_heads = 2;
+    mc.ffn_size = 64;
+    mc.max_seq_len = T;
+    mc.precision = precision;
+    must(llmt_model_create(&r->model, r->ctx, &mc), "model");
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.lr = 3e-3;
+    oc.schedule = LLMT_SCHEDULE_COSINE;
+    oc.warmup_steps = 3;
+    oc.total_steps = 40;
+    oc.grad_clip = 0.5; /* clipping acts: the norm must agree too */
+    if (comm)
+        must(llmt_optimizer_create_sharded(&r->opt, r->model, &oc, comm, reduce), "sharded optimizer");
+    else
+        must(llmt_optimizer_create(&r->opt, r->model, &oc), "optimizer");
+    if (precision == LLMT_PRECISION_FP16_MIXED) { /* the first steps overflow and are skipped */
+        llmt_loss_scaler_config lc = LLMT_LOSS_SCALER_CONFIG_INIT;
+        lc.init_scale = 16777216.0;
+        lc.growth_interval = 4;
+        must(llmt_loss_scaler_create(&r->scaler, &lc), "scaler");
+    }
+    must(llmt_slicer_create(&r->slicer, r->model, micro), "slicer");
+    if (!comm)
+        must(llmt_slicer_set_accumulation(r->slicer, LLMT_ACCUMULATE_ORDERED), "accumulation");
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
+    llmt_loader_config dc = LLMT_LOADER_CONFIG_INIT;
+    dc.batch_size = B;
+    dc.seq_len = T;
+    dc.vocab_size = VOCAB;
+    must(llmt_loader_open_glob(&r->loader, r->ctx, pattern, &dc), "loader");
+    if (ckpt_dir && (!comm || llmt_comm_rank(comm) == 0))
+        must(llmt_ckpt_store_open(&r->store, r->ctx, ckpt_dir, NULL), "store");
+    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
+    p.model = r->model;
+    p.optimizer = r->opt;
+    p.slicer = r->slicer;
+    p.scaler = r->scaler;
+    p.loader = r->loader;
+    p.store = r->store;
+    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
+    tc.batch_size = B;
+    tc.seq_len = T;
+    tc.total_steps = STEPS;
+    tc.adaptive = 0;
+    tc.checkpoint_every = every;
+    must(llmt_trainer_create(&r->tr, &p, &tc), "trainer");
+}
+
+static void run_close(run *r)
+{
+    llmt_trainer_free(r->tr);
+    llmt_ckpt_store_free(r->store);
+    llmt_loader_free(r->loader);
+    llmt_slicer_free(r->slicer);
+    llmt_loss_scaler_free(r->scaler);
+    llmt_optimizer_free(r->opt);
+    llmt_model_free(r->model);
+    llmt_context_free(r->ctx);
+}
+
+static void train(run *r, int steps, double *losses)
+{
+    for (int i = 0; i < steps; i++) {
+        llmt_step_report rep;
+        memset(&rep, 0, sizeof rep);
+        rep.version = LLMT_STEP_REPORT_VERSION;
+        must(llmt_trainer_step(r->tr, &rep), "step");
+        if (losses)
+            losses[i] = rep.loss;
+    }
+}
+
+/* Largest |a - b| over the weights and every optimizer state tensor (0 when
+ * bitwise equal: then also memcmp-equal). get_state is collective for a
+ * sharded optimizer: every rank calls this in step. */
+static double max_difference(const run *a, const run *b, int *bitwise)
+{
+    const llmt_model *ma = a->model, *mb = b->model;
+    *bitwise = memcmp(ma->weights.ptr, mb->weights.ptr, ma->weights.bytes) == 0;
+    double worst = 0.0;
+    for (int32_t i = 0; i < ma->n_params; i++) {
+        const llmt_param *p = &ma->params[i];
+        float *x = malloc((size_t)p->numel * sizeof *x), *y = malloc((size_t)p->numel * sizeof *y);
+        for (int kind = 0; kind < 3; kind++) {
+            if (llmt_optimizer_state_dtype(a->opt, kind) < 0)
+                continue;
+            must(llmt_optimizer_get_state(a->opt, kind, p->name, x, (size_t)p->numel), "get_state");
+            must(llmt_optimizer_get_state(b->opt, kind, p->name, y, (size_t)p->numel), "get_state");
+            *bitwise &= memcmp(x, y, (size_t)p->numel * sizeof *x) == 0;
+            for (int64_t j = 0; j < p->numel; j++)
+                worst = fmax(worst, fabs((double)x[j] - (double)y[j]));
+        }
+        must(llmt_model_get_param(a->model, p->name, x, (size_t)p->numel), "get_param");
+        must(llmt_model_get_param(b->model, p->name, y, (size_t)p->numel), "get_param");
+        for (int64_t j = 0; j < p->numel; j++)
+            worst = fmax(worst, fabs((double)x[j] - (double)y[j]));
+        free(x);
+        free(y);
+    }
+    return worst;
+}
+
+static void test_precision(const char *dir, int precision, const char *name, llmt_comm *comm,
+                           int size, int with_fast)
+{
+    double ref_loss[STEPS], dp_loss[STEPS], fast_loss[STEPS];
+    run ref, dp, fast;
+    run_open(&ref, dir, precision, NULL, 0, NULL, 0, 77);
+    train(&ref, STEPS, ref_loss);
+
+    run_open(&dp, dir, precision, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    int64_t first = 0, end = 0;
+    must(llmt_optimizer_shard(dp.opt, &first, &end), "shard");
+    EXPECT(end - first < dp.model->num_params || size == 1,
+           "%s: rank owns [%lld, %lld) of %lld", name, (long long)first, (long long)end,
+           (long long)dp.model->num_params);
+    train(&dp, STEPS, dp_loss);
+    int bitwise = 0;
+    double diff = max_difference(&dp, &ref, &bitwise);
+    EXPECT(bitwise, "%s deterministic on %d ranks: state differs from one process (max %g)", name,
+           size, diff);
+    EXPECT(memcmp(dp_loss, ref_loss, sizeof dp_loss) == 0, "%s: losses differ (step 20: %.17g vs "
+           "%.17g)", name, dp_loss[STEPS - 1], ref_loss[STEPS - 1]);
+    EXPECT(ref_loss[STEPS - 1] < ref_loss[0] - 0.2 || layers < 2 || micro == B,
+           "%s: the reference did not learn (%g -> %g)", name, ref_loss[0], ref_loss[STEPS - 1]);
+    run_close(&dp);
+    if (!with_fast) {
+        if (rank == 0)
+            printf("%s on %d ranks (%d layers, micro-batch %d): deterministic bitwise %s\n", name,
+                   size, layers, micro, failures ? "NO" : "yes");
+        run_close(&ref);
+        return;
+    }
+
+    /* Fast: one exchange of each rank's in-place sum; rounding differs. */
+    run_open(&fast, dir, precision, comm, LLMT_REDUCE_FAST, NULL, 0, 77);
+    train(&fast, STEPS, fast_loss);
+    diff = max_difference(&fast, &ref, &bitwise);
+    double tol = precision == LLMT_PRECISION_FP32 ? 2e-4 : 2e-2;
+    EXPECT(diff <= tol, "%s fast on %d ranks: max difference %g over %g", name, size, diff, tol);
+    EXPECT(fabs(fast_loss[STEPS - 1] - ref_loss[STEPS - 1]) < 1e-2, "%s fast: loss %g vs %g", name,
+           fast_loss[STEPS - 1], ref_loss[STEPS - 1]);
+    if (rank == 0)
+        printf("%s on %d ranks: deterministic bitwise %s; fast max difference %.3g\n", name, size,
+               failures ? "NO" : "yes", diff);
+    run_close(&fast);
+    run_close(&ref);
+}
+
+/* Saved at step 10 by N ranks, resumed by N ranks and by one process: both
+ * finish at the uninterrupted run's bits. */
+static void test_resume(const char *dir, const char *ckpt, llmt_comm *comm, int size)
+{
+    run ref, first, again;
+    run_open(&ref, dir, LLMT_PRECISION_BF16_MIXED, NULL, 0, NULL, 0, 77);
+    train(&ref, STEPS, NULL);
+    run_open(&first, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, HALF, 77);
+    if (first.store) { /* a sharded optimizer goes through the trainer, never the store alone */
+        llmt_train_state st = LLMT_TRAIN_STATE_INIT;
+        st.model = first.model;
+        st.optimizer = first.opt;
+        int rc = llmt_ckpt_save(first.store, &st, LLMT_CKPT_DURABLE);
+        EXPECT(rc == LLMT_EUNSUPPORTED && strstr(llmt_error_last(), "sharded"),
+               "llmt_ckpt_save of a sharded optimizer: status %d, \"%s\"", rc, llmt_error_last());
+        rc = llmt_ckpt_load(first.store, 0, LLMT_CKPT_DURABLE, &st, NULL, 0, NULL);
+        EXPECT(rc == LLMT_EUNSUPPORTED && strstr(llmt_error_last(), "sharded"),
+               "llmt_ckpt_load into a sharded optimizer: status %d, \"%s\"", rc, llmt_error_last());
+    }
+    train(&first, HALF, NULL);
+    run_close(&first);
+    int64_t step = -1;
+    int bitwise = 0;
+    double diff = 0.0;
+    if (rank == 0) { /* the same checkpoint in one process: world size N -> 1 */
+        run solo;
+        run_open(&solo, dir, LLMT_PRECISION_BF16_MIXED, NULL, 0, ckpt, 0, 5);
+        must(llmt_trainer_resume_latest(solo.tr, &step), "resume alone");
+        train(&solo, STEPS - HALF, NULL);
+        diff = max_difference(&solo, &ref, &bitwise);
+        EXPECT(bitwise, "resumed in one process: differs (max %g)", diff);
+        run_close(&solo);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* Another seed: every weight must come from the checkpoint. */
+    run_open(&again, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 5);
+    must(llmt_trainer_resume_latest(again.tr, &step), "resume");
+    EXPECT(step == HALF, "resumed from step %lld, not %d", (long long)step, HALF);
+    train(&again, STEPS - HALF, NULL);
+    diff = max_difference(&again, &ref, &bitwise);
+    EXPECT(bitwise, "resumed on %d ranks: differs from the uninterrupted run (max %g)", size, diff);
+    run_close(&again);
+    run_close(&ref);
+}
+
+/* Ranks with other weights (another seed on the last rank) are refused on
+ * every rank, naming the difference and a rank. */
+static void test_disagreement(llmt_comm *comm, int size)
+{
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    cc.num_threads = 1;
+    cc.seed = rank == size - 1 ? 8 : 7;
+    llmt_context *ctx = NULL;
+    llmt_model *model = NULL;
+    must(llmt_context_create(&ctx, &cc), "context");
+    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
+    mc.vocab_size = VOCAB;
+    mc.hidden_size = 32;
+    mc.num_layers = 1;
+    mc.num_heads = 4;
+    mc.num_kv_heads = 2;
+    mc.ffn_size = 64;
+    mc.max_seq_len = T;
+    must(llmt_model_create(&model, ctx, &mc), "model");
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    llmt_optimizer *opt = NULL;
+    int rc = llmt_optimizer_create_sharded(&opt, model, &oc, comm, LLMT_REDUCE_DETERMINISTIC);
+    char expect[64];
+    snprintf(expect, sizeof expect, "rank %d", size - 1);
+    EXPECT(rc == LLMT_ECOMM && opt == NULL && strstr(llmt_error_last(), "weights") &&
+               strstr(llmt_error_last(), expect),
+           "mismatched weights: status %d, message \"%s\"", rc, llmt_error_last());
+    llmt_optimizer_free(opt);
+    llmt_model_free(model);
+    llmt_context_free(ctx);
+}
+
+/* A rank configured with another micro-batch is refused when the trainer
+ * is created, on every rank. */
+static void test_micro_mismatch(const char *dir, llmt_comm *comm, int size)
+{
+    run r;
+    memset(&r, 0, sizeof r);
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    cc.num_threads = 1;
+    cc.seed = 77;
+    must(llmt_context_create(&r.ctx, &cc), "context");
+    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
+    mc.vocab_size = VOCAB;
+    mc.hidden_size = 32;
+    mc.num_layers = 1;
+    mc.num_heads = 4;
+    mc.num_kv_heads = 2;
+    mc.ffn_size = 64;
+    mc.max_seq_len = T;
+    must(llmt_model_create(&r.model, r.ctx, &mc), "model");
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    must(llmt_optimizer_create_sharded(&r.opt, r.model, &oc, comm, LLMT_REDUCE_DETERMINISTIC),
+         "sharded optimizer");
+    must(llmt_slicer_create(&r.slicer, r.model, rank == size - 1 ? 3 : 2), "slicer");
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
+    llmt_loader_config dc = LLMT_LOADER_CONFIG_INIT;
+    dc.batch_size = B;
+    dc.seq_len = T;
+    dc.vocab_size = VOCAB;
+    must(llmt_loader_open_glob(&r.loader, r.ctx, pattern, &dc), "loader");
+    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
+    p.model = r.model;
+    p.optimizer = r.opt;
+    p.slicer = r.slicer;
+    p.loader = r.loader;
+    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
+    tc.batch_size = B;
+    tc.seq_len = T;
+    tc.adaptive = 0;
+    int rc = llmt_trainer_create(&r.tr, &p, &tc);
+    EXPECT(rc == LLMT_ECOMM && !r.tr && strstr(llmt_error_last(), "micro-batch"),
+           "micro-batch 3 on the last rank: status %d, \"%s\"", rc, llmt_error_last());
+    run_close(&r);
+}
+
+/* The last rank's callback asks to stop after step 2: every rank stops. */
+static int stop_after_two(void *user, const llmt_step_report *report)
+{
+    (void)user;
+    return report->step >= 2;
+}
+
+static void test_callback_stop(const char *dir, llmt_comm *comm, int size)
+{
+    run r;
+    run_open(&r, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    if (rank == size - 1)
+        must(llmt_trainer_set_callback(r.tr, stop_after_two, NULL), "callback");
+    must(llmt_trainer_run(r.tr, 10), "run");
+    EXPECT(llmt_trainer_step_index(r.tr) == 2, "stopped at step %lld, not 2",
+           (long long)llmt_trainer_step_index(r.tr));
+    run_close(&r);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    llmt_comm_mpi *m = NULL;
+    must(llmt_comm_mpi_create(&m, MPI_COMM_WORLD), "comm");
+    /* Rank 0's directory holds the data and the checkpoints: every rank
+     * reads the same shard paths, as a real run does. */
+    char dir[] = "/tmp/llmt-dp-XXXXXX";
+    if (rank == 0 && !mkdtemp(dir))
+        must(LLMT_EIO, "mkdtemp");
+    if (rank == 0)
+        write_shard(dir);
+    MPI_Bcast(dir, (int)sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    char ckpt[sizeof dir + 16];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+
+    test_precision(dir, LLMT_PRECISION_FP32, "fp32", m->comm, size, 1);
+    test_precision(dir, LLMT_PRECISION_BF16_MIXED, "bf16_mixed", m->comm, size, 1);
+    test_precision(dir, LLMT_PRECISION_BF16_PURE, "bf16_pure", m->comm, size, 0);
+    test_precision(dir, LLMT_PRECISION_FP16_MIXED, "fp16_mixed", m->comm, size, 0);
+    test_resume(dir, ckpt, m->comm, size);
+    /* One layer: 3 granules, so at -n 4 a rank owns nothing (its master
+     * weights are empty); then one micro-batch for all ranks. */
+    layers = 1;
+    test_precision(dir, LLMT_PRECISION_BF16_MIXED, "bf16_mixed", m->comm, size, 0);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt1", dir);
+    test_resume(dir, ckpt, m->comm, size);
+    micro = B;
+    test_precision(dir, LLMT_PRECISION_BF16_MIXED, "bf16_mixed", m->comm, size, 0);
+    layers = 2;
+    micro = MICRO;
+    test_callback_stop(dir, m->comm, size);
+    if (size > 1) {
+        test_disagreement(m->comm, size);
+        test_micro_mismatch(dir, m->comm, size);
+    }
+
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (rank == 0 && system(cmd) != 0)
+        fprintf(stderr, "rank %d: could not remove %s\n", rank, dir);
+    llmt_comm_mpi_free(m);
+    MPI_Finalize();
+    if (rank == 0)
+        printf("%s\n", all ? "FAILED" : "all passed");
+    return all ? 1 : 0;
+}
