@@ -25,7 +25,8 @@ static int check_counts(const llmt_comm *c, const char *what, const size_t *a, c
     for (size_t i = 0; i < n; i++)
         if (a[i] >= LLMT_COMM_CALL_MAX || (b && b[i] >= LLMT_COMM_CALL_MAX))
             return llmt_fail(LLMT_EINVAL, "rank %d: %s: a count or offset of %zu bytes is over "
-                             "the per-call limit", c->ops.rank, what, a[i] > (b ? b[i] : 0) ? a[i] : b[i]);
+                             "the per-call limit", c->ops.rank, what,
+                             a[i] > (b ? b[i] : 0) ? a[i] : b[i]);
     return LLMT_OK;
 }
 
@@ -225,8 +226,8 @@ int llmt_comm_check_same(llmt_comm *c, const char *what, uint64_t value)
     int rc = llmt_comm_allgatherv(c, what, &all[c->ops.rank], all, bytes, bytes + n);
     for (int32_t i = 1; !rc && i < n; i++)
         if (all[i] != all[0])
-            rc = llmt_fail(LLMT_ECOMM, "rank %d: %s differs between rank 0 and rank %d", c->ops.rank,
-                           what, i);
+            rc = llmt_fail(LLMT_ECOMM, "rank %d: %s differs between rank 0 and rank %d",
+                           c->ops.rank, what, i);
     return rc;
 }
 

@@ -216,6 +216,7 @@ int llmt_optimizer_gather_tensor(llmt_optimizer *o, const void *base, int dt, in
                                tb[me + 1] - tb[me]);
     rc = llmt_comm_agree(o->comm, rc);
     if (!rc)
-        rc = llmt_comm_allgather_ranges(o->comm, "llmt_optimizer_get_state", out, sizeof(float), tb);
+        rc = llmt_comm_allgather_ranges(o->comm, "llmt_optimizer_get_state", out, sizeof(float),
+                                        tb);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/check.h"
 #include "ckpt/shards.h"
@@ -68,6 +69,7 @@ static int exchange_records(llmt_comm *c, const llmt_manifest_shard *mine,
     llmt_manifest_shard *sh = calloc((size_t)n, sizeof *sh);
     uint64_t *chunks = NULL;
     int rc = recs && bytes && sh ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    rc = agree_told(c, rc); /* no rank skips the collectives below alone */
     if (!rc) {
         record *r = &recs[me];
         snprintf(r->name, sizeof r->name, "%s", mine->file.name);
@@ -82,6 +84,7 @@ static int exchange_records(llmt_comm *c, const llmt_manifest_shard *mine,
         }
         rc = llmt_comm_allgatherv(c, "checkpoint records", &recs[me], recs, bytes, bytes + n);
     }
+    const int reached = !rc; /* every rank got here, or none did */
     size_t total = 0;
     for (int32_t i = 0; i < n && !rc; i++) {
         bytes[i] = (size_t)recs[i].n_chunks * sizeof *chunks;
@@ -90,6 +93,8 @@ static int exchange_records(llmt_comm *c, const llmt_manifest_shard *mine,
     }
     if (!rc && !(chunks = malloc(total ? total : 1)))
         rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    if (reached)
+        rc = agree_told(c, rc);
     if (!rc) {
         if (bytes[me])
             memcpy((char *)chunks + bytes[n + me], mine->chunks, bytes[me]);
@@ -221,15 +226,15 @@ static int root_load(llmt_trainer *tr, position *pos)
 {
     const llmt_trainer_parts *p = &tr->parts;
     size_t len = 0;
-    LLMT_TRY(llmt_trainer_resume_into(tr, NULL, &pos->found, pos->blob, sizeof pos->blob, &len));
+    int32_t tier = 0;
+    LLMT_TRY(llmt_trainer_resume_into(tr, NULL, &pos->found, &tier, pos->blob, sizeof pos->blob,
+                                      &len));
     if (pos->found < 0)
         return LLMT_OK;
     pos->blob_len = len;
     pos->step = tr->step;
     pos->tokens_seen = tr->tokens_seen;
-    for (int32_t t = 0; t < 2; t++)
-        if (tr->saved[t] == pos->found)
-            pos->tier = t;
+    pos->tier = tier;
     pos->loader.version = LLMT_LOADER_STATE_VERSION;
     pos->scaler.version = LLMT_LOSS_SCALER_STATE_VERSION;
     LLMT_TRY(llmt_loader_get_state(p->loader, &pos->loader));
@@ -274,12 +279,21 @@ int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step)
     llmt_model *m = tr->parts.model;
     const int root = llmt_comm_rank(o->comm) == ROOT;
     position *pos = calloc(1, sizeof *pos);
-    if (!pos)
-        return llmt_comm_agree(o->comm, llmt_fail(LLMT_ENOMEM, "resume: out of memory"));
+    int rc = pos ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "resume: out of memory");
+    LLMT_TRY(agree_told(o->comm, rc)); /* as the agreement below, so no rank waits alone */
     pos->found = -1;
-    int rc = agree_told(o->comm, root ? root_load(tr, pos) : LLMT_OK);
+    rc = agree_told(o->comm, root ? root_load(tr, pos) : LLMT_OK);
     if (!rc)
         rc = llmt_comm_broadcast(o->comm, "resume", pos, sizeof *pos, ROOT);
+    /* Every rank must see the checkpoint (a fast tier on rank 0's node is
+     * not visible from the others). */
+    if (!rc && pos->found >= 0)
+        rc = agree_told(o->comm, access(pos->dir, R_OK | X_OK) == 0
+                                     ? LLMT_OK
+                                     : llmt_fail(LLMT_EIO, "rank %d cannot read the checkpoint "
+                                                 "%s (a fast tier on rank 0's node is not "
+                                                 "visible to ranks on other nodes)",
+                                                 llmt_comm_rank(o->comm), pos->dir));
     if (!rc && pos->found >= 0)
         rc = llmt_comm_broadcast_all(o->comm, "resume: weights", m->weights.ptr, m->weights.bytes,
                                      ROOT);

@@ -52,8 +52,8 @@ int llmt_trainer_restore_blob(llmt_trainer *tr, const char *blob, size_t len)
     return LLMT_OK;
 }
 
-int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *step, char *blob,
-                             size_t cap, size_t *blob_len)
+int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *step,
+                             int32_t *tier_out, char *blob, size_t cap, size_t *blob_len)
 {
     *step = -1;
     *blob_len = 0;
@@ -82,6 +82,7 @@ int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *ste
     llmt_trainer_log(tr, "resume", "resumed from step %lld (%s tier)", (long long)found,
                      tier ? "fast" : "durable");
     *step = found;
+    *tier_out = tier;
     return LLMT_OK;
 }
 
@@ -94,5 +95,7 @@ int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
         return llmt_trainer_dist_resume(tr, step);
     char blob[256];
     size_t blob_len = 0;
-    return llmt_trainer_resume_into(tr, tr->parts.optimizer, step, blob, sizeof blob, &blob_len);
+    int32_t tier = 0;
+    return llmt_trainer_resume_into(tr, tr->parts.optimizer, step, &tier, blob, sizeof blob,
+                                    &blob_len);
 }

@@ -58,9 +58,9 @@ int llmt_trainer_restore_blob(llmt_trainer *tr, const char *blob, size_t len);
 /* Loads the newest valid checkpoint of the trainer's store into its parts,
  * with the optimizer state into opt; the trainer's blob lands in blob (cap
  * bytes, NUL-terminated, *blob_len without the NUL). *step as
- * llmt_trainer_resume_latest. */
-int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *step, char *blob,
-                             size_t cap, size_t *blob_len);
+ * llmt_trainer_resume_latest; *tier the tier it came from. */
+int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *step,
+                             int32_t *tier, char *blob, size_t cap, size_t *blob_len);
 
 /* Data-parallel (dist.c, dist_ckpt.c), when the optimizer is sharded.
  * Forward and backward of the loaded batch across the ranks, the gradients

@@ -37,33 +37,14 @@
 
 #include "ckpt/manifest.h"
 #include "ckpt/safetensors.h"
+#include "dp_run.h"
 #include "llmt/comm_mpi.h"
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
 
-enum { VOCAB = 32, B = 12, MICRO = 2, T = 8, FIRST = 5, HALF = 10, STEPS = 20 };
-
-static int rank, size, failures;
-
-static void must(int rc, const char *what)
-{
-    if (rc != LLMT_OK) {
-        fprintf(stderr, "rank %d: %s: status %d: %s\n", rank, what, rc, llmt_error_last());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-
-#define EXPECT(cond, ...)                                                          \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__);  \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fprintf(stderr, "\n");                                                 \
-            failures++;                                                            \
-        }                                                                          \
-    } while (0)
+enum { FIRST = 5 }; /* the earlier checkpoint, the fallback */
 
 static void sh(const char *fmt, const char *a, const char *b)
 {
@@ -71,110 +52,6 @@ static void sh(const char *fmt, const char *a, const char *b)
     snprintf(cmd, sizeof cmd, fmt, a, b);
     if (system(cmd) != 0)
         must(LLMT_EIO, cmd);
-}
-
-/* One shard of a learnable token stream. */
-static void write_data(const char *dir)
-{
-    enum { N = 1601 };
-    static int32_t tokens[N];
-    uint32_t x = 4242u;
-    int32_t tok = 1;
-    for (int i = 0; i < N; i++) {
-        x = x * 1664525u + 1013904223u;
-        tok = (x >> 28) == 0 ? (int32_t)((x >> 8) % VOCAB) : (tok * 5 + 3) % VOCAB;
-        tokens[i] = tok;
-    }
-    char path[600];
-    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
-    must(llmt_shard_write(path, tokens, N, LLMT_SHARD_VERSION_U16), "shard write");
-}
-
-typedef struct run {
-    llmt_context *ctx;
-    llmt_model *model;
-    llmt_optimizer *opt;
-    llmt_slicer *slicer;
-    llmt_loader *loader;
-    llmt_ckpt_store *store;
-    llmt_trainer *tr;
-} run;
-
-/* A bf16_mixed run over DIR's data, sharded over comm (NULL: one process
- * with an ordered slicer); rank 0 (or the one process) holds a store at
- * ckpt when it is not NULL. */
-static void run_open(run *r, const char *dir, llmt_comm *comm, const char *ckpt, uint64_t seed)
-{
-    memset(r, 0, sizeof *r);
-    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
-    cc.num_threads = 1;
-    cc.seed = seed;
-    must(llmt_context_create(&r->ctx, &cc), "context");
-    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
-    mc.vocab_size = VOCAB;
-    mc.hidden_size = 32;
-    mc.num_layers = 2;
-    mc.num_heads = 4;
-    mc.num_kv_heads = 2;
-    mc.ffn_size = 64;
-    mc.max_seq_len = T;
-    mc.precision = LLMT_PRECISION_BF16_MIXED;
-    must(llmt_model_create(&r->model, r->ctx, &mc), "model");
-    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
-    oc.lr = 3e-3;
-    oc.schedule = LLMT_SCHEDULE_COSINE;
-    oc.warmup_steps = 3;
-    oc.total_steps = 40;
-    if (comm)
-        must(llmt_optimizer_create_sharded(&r->opt, r->model, &oc, comm, LLMT_REDUCE_DETERMINISTIC),
-             "sharded optimizer");
-    else
-        must(llmt_optimizer_create(&r->opt, r->model, &oc), "optimizer");
-    must(llmt_slicer_create(&r->slicer, r->model, MICRO), "slicer");
-    if (!comm)
-        must(llmt_slicer_set_accumulation(r->slicer, LLMT_ACCUMULATE_ORDERED), "accumulation");
-    char pattern[600];
-    snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
-    llmt_loader_config dc = LLMT_LOADER_CONFIG_INIT;
-    dc.batch_size = B;
-    dc.seq_len = T;
-    dc.vocab_size = VOCAB;
-    must(llmt_loader_open_glob(&r->loader, r->ctx, pattern, &dc), "loader");
-    if (ckpt && (!comm || rank == 0))
-        must(llmt_ckpt_store_open(&r->store, r->ctx, ckpt, NULL), "store");
-    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
-    p.model = r->model;
-    p.optimizer = r->opt;
-    p.slicer = r->slicer;
-    p.loader = r->loader;
-    p.store = r->store;
-    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
-    tc.batch_size = B;
-    tc.seq_len = T;
-    tc.total_steps = STEPS;
-    tc.adaptive = 0;
-    must(llmt_trainer_create(&r->tr, &p, &tc), "trainer");
-}
-
-static void run_close(run *r)
-{
-    llmt_trainer_free(r->tr);
-    llmt_ckpt_store_free(r->store);
-    llmt_loader_free(r->loader);
-    llmt_slicer_free(r->slicer);
-    llmt_optimizer_free(r->opt);
-    llmt_model_free(r->model);
-    llmt_context_free(r->ctx);
-}
-
-static void train(run *r, int steps)
-{
-    for (int i = 0; i < steps; i++) {
-        llmt_step_report rep;
-        memset(&rep, 0, sizeof rep);
-        rep.version = LLMT_STEP_REPORT_VERSION;
-        must(llmt_trainer_step(r->tr, &rep), "step");
-    }
 }
 
 /* The element sizes of the state sections (exp_avg, exp_avg_sq, master). */
@@ -352,29 +229,29 @@ static void do_save(const char *dir, llmt_comm *comm)
     EXPECT(size == 4, "the save runs on 4 ranks, not %d", size);
     if (rank == 0) {
         sh("rm -rf '%s' && mkdir -p '%s'", dir, dir);
-        write_data(dir);
+        write_shard(dir);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     char ckpt[900], path[1000];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     run r;
-    run_open(&r, dir, comm, ckpt, 77);
+    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 77);
     if (rank == 0) { /* an empty store lists nothing (UBSan: no memcpy from NULL) */
         int64_t steps[4];
         size_t n = 9;
         must(llmt_ckpt_list(r.store, LLMT_CKPT_DURABLE, steps, 4, &n), "list");
         EXPECT(n == 0, "an empty store lists %zu checkpoints", n);
     }
-    train(&r, FIRST);
+    train(&r, FIRST, NULL);
     must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "save at 5");
-    train(&r, HALF - FIRST);
+    train(&r, HALF - FIRST, NULL);
     must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "save at 10");
     check_own_shard(ckpt, &r);
     if (rank == 0)
         check_manifest(ckpt, &r);
     snprintf(path, sizeof path, "%s/saved.bin", dir);
     dump(path, &r);
-    train(&r, STEPS - HALF);
+    train(&r, STEPS - HALF, NULL);
     snprintf(path, sizeof path, "%s/final.bin", dir);
     dump(path, &r);
     test_failed_save(ckpt, &r);
@@ -386,7 +263,8 @@ static void do_save(const char *dir, llmt_comm *comm)
 /* Resumes a run over ckpt; the step every rank resumed from (all agree). */
 static int64_t resume(run *r, const char *dir, llmt_comm *comm, const char *ckpt, int *status)
 {
-    run_open(r, dir, comm, ckpt, 5); /* another seed: every value must come from the checkpoint */
+    /* Another seed: every value must come from the checkpoint. */
+    run_open(r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 5);
     int64_t step = -1, lo = 0, hi = 0;
     *status = llmt_trainer_resume_latest(r->tr, &step);
     MPI_Allreduce(&step, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
@@ -534,7 +412,7 @@ static void test_consolidate(const char *dir)
     snprintf(solo, sizeof solo, "%s/cons-solo", dir);
     sh("rm -rf '%s' '%s'", out, solo);
     run r;
-    run_open(&r, dir, NULL, ckpt, 5);
+    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, NULL, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 5);
     int64_t step = -1;
     must(llmt_trainer_resume_latest(r.tr, &step), "resume alone");
     EXPECT(step == HALF, "one process resumed from %lld", (long long)step);
@@ -607,7 +485,7 @@ static void do_load(const char *dir, llmt_comm *comm)
     EXPECT(step == HALF, "resumed from step %lld, not %d", (long long)step, HALF);
     snprintf(path, sizeof path, "%s/saved.bin", dir);
     expect_state(path, &r, "the loaded state");
-    train(&r, STEPS - HALF);
+    train(&r, STEPS - HALF, NULL);
     snprintf(path, sizeof path, "%s/final.bin", dir);
     expect_state(path, &r, "10 steps after the resume");
     run_close(&r);
@@ -642,16 +520,16 @@ static void do_churn(const char *dir, llmt_comm *comm, unsigned seed)
     snprintf(data, sizeof data, "%s/train_000000.bin", dir);
     if (rank == 0 && access(data, F_OK) != 0) {
         sh("mkdir -p '%s'%s", dir, "");
-        write_data(dir);
+        write_shard(dir);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     run r;
-    run_open(&r, dir, comm, ckpt, 77);
+    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 77);
     pthread_t t;
     if (rank == victim)
         pthread_create(&t, NULL, killer, (void *)delay);
     for (int s = 0; s < STEPS; s++) {
-        train(&r, 1);
+        train(&r, 1, NULL);
         must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "save");
     }
     run_close(&r); /* not killed in time: the trial is a plain run */
@@ -679,8 +557,9 @@ static void do_check(const char *dir, llmt_comm *comm)
                (long long)step, (long long)steps[n - 1]);
     }
     if (step > 0) {
-        run_open(&ref, dir, NULL, NULL, 77);
-        train(&ref, (int)step);
+        run_open(&ref, dir, LLMT_PRECISION_BF16_MIXED, NULL, LLMT_REDUCE_DETERMINISTIC, NULL, 0,
+                 77);
+        train(&ref, (int)step, NULL);
         const llmt_buf *a[3] = {&r.opt->m, &r.opt->v, &r.opt->master};
         const llmt_buf *b[3] = {&ref.opt->m, &ref.opt->v, &ref.opt->master};
         size_t es[3];
@@ -694,7 +573,7 @@ static void do_check(const char *dir, llmt_comm *comm)
                (long long)step);
         run_close(&ref);
     }
-    train(&r, 1);
+    train(&r, 1, NULL);
     must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "save after the resume");
     run_close(&r);
     if (rank == 0)

@@ -67,7 +67,7 @@ static size_t layout(const size_t *len, size_t *off)
 
 static void test_alltoallv(llmt_comm_mpi *m)
 {
-    size_t sl[64], so[64], rl[64], ro[64];
+    size_t sl[64] = {0}, so[64] = {0}, rl[64] = {0}, ro[64] = {0};
     for (int i = 0; i < size; i++) {
         sl[i] = a2a_len(rank, i);
         rl[i] = a2a_len(i, rank);

@@ -16,152 +16,10 @@
 
 #include <mpi.h>
 
+#include "dp_run.h"
 #include "llmt/comm_mpi.h"
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
-
-enum { VOCAB = 32, B = 12, MICRO = 2, T = 8, STEPS = 20, HALF = 10 };
-
-static int rank, failures;
-
-static void must(int rc, const char *what)
-{
-    if (rc != LLMT_OK) {
-        fprintf(stderr, "rank %d: %s: status %d: %s\n", rank, what, rc, llmt_error_last());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
-
-#define EXPECT(cond, ...)                                                   \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-            failures++;                                                     \
-        }                                                                   \
-    } while (0)
-
-/* One shard of a learnable token stream (the same on every rank). */
-static void write_shard(const char *dir)
-{
-    enum { N = 1601 };
-    static int32_t tokens[N];
-    uint32_t x = 4242u;
-    int32_t tok = 1;
-    for (int i = 0; i < N; i++) {
-        x = x * 1664525u + 1013904223u;
-        tok = (x >> 28) == 0 ? (int32_t)((x >> 8) % VOCAB) : (tok * 5 + 3) % VOCAB;
-        tokens[i] = tok;
-    }
-    char path[600];
-    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
-    must(llmt_shard_write(path, tokens, N, LLMT_SHARD_VERSION_U16), "shard write");
-}
-
-/* The shape of the next runs: layers (1 leaves ranks of -n 4 owning no
- * parameter) and micro-batch rows (B: one micro-batch, fewer than ranks). */
-static int32_t layers = 2, micro = MICRO;
-
-typedef struct run {
-    llmt_context *ctx;
-    llmt_model *model;
-    llmt_optimizer *opt;
-    llmt_loss_scaler *scaler;
-    llmt_slicer *slicer;
-    llmt_loader *loader;
-    llmt_ckpt_store *store;
-    llmt_trainer *tr;
-} run;
-
-/* A run over dir's shard: sharded over comm (NULL: one process with an
- * ordered slicer); with ckpt_dir, rank 0 holds a store there and the run
- * checkpoints every `every` steps (0: never). */
-static void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduce,
-                     const char *ckpt_dir, int64_t every, uint64_t seed)
-{
-    memset(r, 0, sizeof *r);
-    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
-    cc.num_threads = 1;
-    cc.seed = seed;
-    must(llmt_context_create(&r->ctx, &cc), "context");
-    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
-    mc.vocab_size = VOCAB;
-    mc.hidden_size = 32;
-    mc.num_layers = layers;
-    mc.num_heads = 4;
-    mc.num_kv_heads = 2;
-    mc.ffn_size = 64;
-    mc.max_seq_len = T;
-    mc.precision = precision;
-    must(llmt_model_create(&r->model, r->ctx, &mc), "model");
-    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
-    oc.lr = 3e-3;
-    oc.schedule = LLMT_SCHEDULE_COSINE;
-    oc.warmup_steps = 3;
-    oc.total_steps = 40;
-    oc.grad_clip = 0.5; /* clipping acts: the norm must agree too */
-    if (comm)
-        must(llmt_optimizer_create_sharded(&r->opt, r->model, &oc, comm, reduce), "sharded optimizer");
-    else
-        must(llmt_optimizer_create(&r->opt, r->model, &oc), "optimizer");
-    if (precision == LLMT_PRECISION_FP16_MIXED) { /* the first steps overflow and are skipped */
-        llmt_loss_scaler_config lc = LLMT_LOSS_SCALER_CONFIG_INIT;
-        lc.init_scale = 16777216.0;
-        lc.growth_interval = 4;
-        must(llmt_loss_scaler_create(&r->scaler, &lc), "scaler");
-    }
-    must(llmt_slicer_create(&r->slicer, r->model, micro), "slicer");
-    if (!comm)
-        must(llmt_slicer_set_accumulation(r->slicer, LLMT_ACCUMULATE_ORDERED), "accumulation");
-    char pattern[600];
-    snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
-    llmt_loader_config dc = LLMT_LOADER_CONFIG_INIT;
-    dc.batch_size = B;
-    dc.seq_len = T;
-    dc.vocab_size = VOCAB;
-    must(llmt_loader_open_glob(&r->loader, r->ctx, pattern, &dc), "loader");
-    if (ckpt_dir && (!comm || llmt_comm_rank(comm) == 0))
-        must(llmt_ckpt_store_open(&r->store, r->ctx, ckpt_dir, NULL), "store");
-    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
-    p.model = r->model;
-    p.optimizer = r->opt;
-    p.slicer = r->slicer;
-    p.scaler = r->scaler;
-    p.loader = r->loader;
-    p.store = r->store;
-    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
-    tc.batch_size = B;
-    tc.seq_len = T;
-    tc.total_steps = STEPS;
-    tc.adaptive = 0;
-    tc.checkpoint_every = every;
-    must(llmt_trainer_create(&r->tr, &p, &tc), "trainer");
-}
-
-static void run_close(run *r)
-{
-    llmt_trainer_free(r->tr);
-    llmt_ckpt_store_free(r->store);
-    llmt_loader_free(r->loader);
-    llmt_slicer_free(r->slicer);
-    llmt_loss_scaler_free(r->scaler);
-    llmt_optimizer_free(r->opt);
-    llmt_model_free(r->model);
-    llmt_context_free(r->ctx);
-}
-
-static void train(run *r, int steps, double *losses)
-{
-    for (int i = 0; i < steps; i++) {
-        llmt_step_report rep;
-        memset(&rep, 0, sizeof rep);
-        rep.version = LLMT_STEP_REPORT_VERSION;
-        must(llmt_trainer_step(r->tr, &rep), "step");
-        if (losses)
-            losses[i] = rep.loss;
-    }
-}
 
 /* Largest |a - b| over the weights and every optimizer state tensor (0 when
  * bitwise equal: then also memcmp-equal). get_state is collective for a
@@ -247,7 +105,8 @@ static void test_resume(const char *dir, const char *ckpt, llmt_comm *comm, int 
     run ref, first, again;
     run_open(&ref, dir, LLMT_PRECISION_BF16_MIXED, NULL, 0, NULL, 0, 77);
     train(&ref, STEPS, NULL);
-    run_open(&first, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, HALF, 77);
+    run_open(&first, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, HALF,
+             77);
     if (first.store) { /* a sharded optimizer goes through the trainer, never the store alone */
         llmt_train_state st = LLMT_TRAIN_STATE_INIT;
         st.model = first.model;
@@ -384,7 +243,6 @@ static void test_callback_stop(const char *dir, llmt_comm *comm, int size)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     llmt_comm_mpi *m = NULL;

@@ -26,11 +26,14 @@ def tensor(header, data, name):
 
 def main(sharded, single):
     shards = sorted(glob.glob(os.path.join(sharded, "optimizer-*-of-*.safetensors")))
-    if not shards:
-        sys.exit(f"no optimizer-*-of-*.safetensors in {sharded}")
+    worlds = {os.path.basename(p).split("-of-")[1] for p in shards}
+    if not shards or len(worlds) != 1 or int(worlds.pop().split(".")[0]) != len(shards):
+        sys.exit(f"{sharded}: not one complete set of optimizer-R-of-N.safetensors: {shards}")
     h1, d1 = read(os.path.join(single, "optimizer.safetensors"))
     names = [k for k in h1 if k != "__metadata__"]
     kinds = [k for k in ("exp_avg", "exp_avg_sq", "master") if any(n.endswith("." + k) for n in names)]
+    if "exp_avg" not in kinds or "exp_avg_sq" not in kinds:
+        sys.exit(f"{single}: no moments in optimizer.safetensors")
     # A v1 section is the flat buffer of one kind: its tensors in file order.
     sections = {}
     for kind in kinds:

@@ -20,7 +20,10 @@
 #include "train_fixture.h"
 #include "util/fsutil.h"
 
-enum { TOTAL = 240, MIN_KILLS = 30, MIN_IN_SAVE = 3, MAX_KILLS = 300 };
+/* MIN_SINCE_RESTART: kills after the last restart (a run that finished
+ * before its kill starts the trials over from step 0), so that the progress
+ * checked below is never that of a restart just before the loop ended. */
+enum { TOTAL = 240, MIN_KILLS = 30, MIN_IN_SAVE = 3, MAX_KILLS = 300, MIN_SINCE_RESTART = 8 };
 
 static char root[64];
 
@@ -105,9 +108,10 @@ static void test_kill_and_resume(void **state)
 
     /* The killed runs. */
     uint64_t rnd = (uint64_t)time(NULL);
-    int kills = 0, in_save = 0, finished = 0;
+    int kills = 0, in_save = 0, finished = 0, since_restart = 0;
     struct stat st;
-    while ((kills < MIN_KILLS || in_save < MIN_IN_SAVE) && kills < MAX_KILLS) {
+    while ((kills < MIN_KILLS || in_save < MIN_IN_SAVE || since_restart < MIN_SINCE_RESTART) &&
+           kills < MAX_KILLS) {
         pid_t pid = spawn(harness, store, fast, out);
         /* Between 1/30 and 1/10 of an uninterrupted run. */
         int64_t ns = run_ns / 30 + (int64_t)(trand_u64(&rnd) % (uint64_t)(run_ns / 15));
@@ -122,9 +126,11 @@ static void test_kill_and_resume(void **state)
             assert_int_equal(llmt_remove_tree(store), LLMT_OK);
             assert_int_equal(llmt_remove_tree(fast), LLMT_OK);
             assert_int_equal(unlink(out), 0);
+            since_restart = 0;
             continue;
         }
         kills++;
+        since_restart++;
         in_save += leftovers(store, fast) > 0;
     }
     print_message("%d kills, %d inside a save (temporary directory left), %d runs finished early\n",

@@ -1,0 +1,125 @@
+/* The data-parallel tests' shared run (dp_run.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "dp_run.h"
+
+int rank, size, failures;
+int32_t layers = 2, micro = MICRO;
+
+void must(int rc, const char *what)
+{
+    if (rc != LLMT_OK) {
+        fprintf(stderr, "rank %d: %s: status %d: %s\n", rank, what, rc, llmt_error_last());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+/* One shard of a learnable token stream (the same on every rank). */
+void write_shard(const char *dir)
+{
+    enum { N = 1601 };
+    static int32_t tokens[N];
+    uint32_t x = 4242u;
+    int32_t tok = 1;
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        tok = (x >> 28) == 0 ? (int32_t)((x >> 8) % VOCAB) : (tok * 5 + 3) % VOCAB;
+        tokens[i] = tok;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    must(llmt_shard_write(path, tokens, N, LLMT_SHARD_VERSION_U16), "shard write");
+}
+
+/* A run over dir's shard: sharded over comm (NULL: one process with an
+ * ordered slicer); with ckpt_dir, rank 0 holds a store there and the run
+ * checkpoints every `every` steps (0: never). */
+void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduce,
+                     const char *ckpt_dir, int64_t every, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    cc.num_threads = 1;
+    cc.seed = seed;
+    must(llmt_context_create(&r->ctx, &cc), "context");
+    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
+    mc.vocab_size = VOCAB;
+    mc.hidden_size = 32;
+    mc.num_layers = layers;
+    mc.num_heads = 4;
+    mc.num_kv_heads = 2;
+    mc.ffn_size = 64;
+    mc.max_seq_len = T;
+    mc.precision = precision;
+    must(llmt_model_create(&r->model, r->ctx, &mc), "model");
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.lr = 3e-3;
+    oc.schedule = LLMT_SCHEDULE_COSINE;
+    oc.warmup_steps = 3;
+    oc.total_steps = 40;
+    oc.grad_clip = 0.5; /* clipping acts: the norm must agree too */
+    if (comm)
+        must(llmt_optimizer_create_sharded(&r->opt, r->model, &oc, comm, reduce),
+             "sharded optimizer");
+    else
+        must(llmt_optimizer_create(&r->opt, r->model, &oc), "optimizer");
+    if (precision == LLMT_PRECISION_FP16_MIXED) { /* the first steps overflow and are skipped */
+        llmt_loss_scaler_config lc = LLMT_LOSS_SCALER_CONFIG_INIT;
+        lc.init_scale = 16777216.0;
+        lc.growth_interval = 4;
+        must(llmt_loss_scaler_create(&r->scaler, &lc), "scaler");
+    }
+    must(llmt_slicer_create(&r->slicer, r->model, micro), "slicer");
+    if (!comm)
+        must(llmt_slicer_set_accumulation(r->slicer, LLMT_ACCUMULATE_ORDERED), "accumulation");
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
+    llmt_loader_config dc = LLMT_LOADER_CONFIG_INIT;
+    dc.batch_size = B;
+    dc.seq_len = T;
+    dc.vocab_size = VOCAB;
+    must(llmt_loader_open_glob(&r->loader, r->ctx, pattern, &dc), "loader");
+    if (ckpt_dir && (!comm || llmt_comm_rank(comm) == 0))
+        must(llmt_ckpt_store_open(&r->store, r->ctx, ckpt_dir, NULL), "store");
+    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
+    p.model = r->model;
+    p.optimizer = r->opt;
+    p.slicer = r->slicer;
+    p.scaler = r->scaler;
+    p.loader = r->loader;
+    p.store = r->store;
+    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
+    tc.batch_size = B;
+    tc.seq_len = T;
+    tc.total_steps = STEPS;
+    tc.adaptive = 0;
+    tc.checkpoint_every = every;
+    must(llmt_trainer_create(&r->tr, &p, &tc), "trainer");
+}
+
+void run_close(run *r)
+{
+    llmt_trainer_free(r->tr);
+    llmt_ckpt_store_free(r->store);
+    llmt_loader_free(r->loader);
+    llmt_slicer_free(r->slicer);
+    llmt_loss_scaler_free(r->scaler);
+    llmt_optimizer_free(r->opt);
+    llmt_model_free(r->model);
+    llmt_context_free(r->ctx);
+}
+
+void train(run *r, int n, double *losses)
+{
+    for (int i = 0; i < n; i++) {
+        llmt_step_report rep;
+        memset(&rep, 0, sizeof rep);
+        rep.version = LLMT_STEP_REPORT_VERSION;
+        must(llmt_trainer_step(r->tr, &rep), "step");
+        if (losses)
+            losses[i] = rep.loss;
+    }
+}

@@ -1,0 +1,63 @@
+/* What the data-parallel tests under mpiexec share: failure reporting per
+ * rank, a shard of learnable tokens, and a small training run, sharded over
+ * a communicator or, as the reference, one process whose slicer sums
+ * micro-batches in order. */
+#ifndef LLMT_TEST_DP_RUN_H
+#define LLMT_TEST_DP_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "llmt/llmt.h"
+
+enum { VOCAB = 32, B = 12, MICRO = 2, T = 8, STEPS = 20, HALF = 10 };
+
+/* This process's rank and the world's size (set by the test's main), and
+ * the count of failed expectations on this rank. */
+extern int rank, size, failures;
+
+/* The shape of the next runs: layers (1 leaves ranks of -n 4 owning no
+ * parameter) and micro-batch rows (B: one micro-batch for all ranks). */
+extern int32_t layers, micro;
+
+/* Aborts the job, naming the rank and the library's message, unless rc is 0. */
+void must(int rc, const char *what);
+
+/* Counts a failed expectation on this rank, with a message. */
+#define EXPECT(cond, ...)                                                          \
+    do {                                                                           \
+        if (!(cond)) {                                                             \
+            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__);  \
+            fprintf(stderr, __VA_ARGS__);                                          \
+            fprintf(stderr, "\n");                                                 \
+            failures++;                                                            \
+        }                                                                          \
+    } while (0)
+
+/* Writes dir/train_000000.bin: one shard of a learnable token stream. */
+void write_shard(const char *dir);
+
+typedef struct run {
+    llmt_context *ctx;
+    llmt_model *model;
+    llmt_optimizer *opt;
+    llmt_loss_scaler *scaler;
+    llmt_slicer *slicer;
+    llmt_loader *loader;
+    llmt_ckpt_store *store;
+    llmt_trainer *tr;
+} run;
+
+/* A run of `layers` layers over dir's shard in precision (fp16_mixed gets a
+ * dynamic loss scale from 2^24: its first steps overflow), sharded over comm
+ * with reduce (comm NULL: one process with an ordered slicer); with
+ * ckpt_dir, rank 0 holds a store there and the run checkpoints every
+ * `every` steps (0: never). seed: the context's (the initial weights). */
+void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduce,
+              const char *ckpt_dir, int64_t every, uint64_t seed);
+void run_close(run *r);
+
+/* Runs n steps, each step's loss into losses (may be NULL). */
+void train(run *r, int n, double *losses);
+
+#endif
