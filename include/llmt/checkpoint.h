@@ -217,6 +217,35 @@ LLMT_API int llmt_ckpt_path(const llmt_ckpt_store *store, int64_t step, int32_t 
  * LLMT_ENOTFOUND, LLMT_EIO naming the path, LLMT_ENOMEM. */
 LLMT_API int llmt_ckpt_consolidate(llmt_ckpt_store *store, int64_t step, int32_t tier, const char *out_dir);
 
+#define LLMT_CKPT_INFO_VERSION 1
+
+/* What a checkpoint's MANIFEST says of it (llmt_ckpt_get_info). */
+typedef struct llmt_ckpt_info {
+    uint32_t version;            /* set by the caller: LLMT_CKPT_INFO_VERSION */
+    int64_t step;                /* the training step: the checkpoint's name */
+    int64_t epoch;               /* the data loader's epoch (0 without one) */
+    int64_t tokens_seen;         /* training tokens consumed */
+    int32_t format_version;      /* 1 single-file, 2 sharded (docs/checkpoint-format.md) */
+    char library_version[32];    /* the writer's LLMT_VERSION_STRING, NUL-terminated */
+    llmt_model_config model;     /* the model's configuration; model.precision the precision */
+    int32_t has_optimizer;       /* 1: optimizer state saved */
+    int32_t has_scaler;          /* 1: loss scaler state saved */
+    int32_t has_data;            /* 1: a data loader's position saved */
+    int64_t optimizer_steps;     /* updates the optimizer applied (0 without one) */
+    int32_t world_size;          /* ranks of a sharded save; 0 for a single-file one */
+    int32_t num_files;           /* the files the MANIFEST lists, shards included */
+    uint64_t total_bytes;        /* their bytes (the MANIFEST itself not counted) */
+} llmt_ckpt_info;
+
+/* Fills info (its version set by the caller) from the MANIFEST of
+ * checkpoint step of tier, after checking the manifest's own checksum and
+ * that it names step; the other files are not read (llmt_ckpt_verify checks
+ * them). First waits for an async save in flight, like llmt_ckpt_list.
+ * Errors: LLMT_EINVAL (NULL arguments, no such tier, a negative step),
+ * LLMT_EVERSION (info->version), LLMT_ENOTFOUND (no checkpoint step in that
+ * tier, naming the directory), LLMT_ECORRUPT and LLMT_EIO naming the file. */
+LLMT_API int llmt_ckpt_get_info(llmt_ckpt_store *store, int64_t step, int32_t tier, llmt_ckpt_info *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -81,7 +81,7 @@ esac
 # A moved copy of the prefix: the tools run from it and load its libllmt.
 cp -a "$tmp/prefix" "$tmp/moved"
 moved_libdir=$tmp/moved${libdir#"$tmp/prefix"}
-for tool in llmt-train llmt-plan llmt-tokenize llmt-generate llmt-eval; do
+for tool in llmt-train llmt-plan llmt-tokenize llmt-generate llmt-eval llmt-ckpt; do
     exe=$tmp/moved/bin/$tool
     [ -x "$exe" ] || fail "cmake --install did not install bin/$tool"
     "$exe" --help > "$tmp/help.out" 2>&1 || fail "installed $tool --help: $(cat "$tmp/help.out")"

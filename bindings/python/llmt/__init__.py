@@ -17,7 +17,7 @@ from ._convert import recompute_policy_name
 from ._lib import lib as _c
 from ._lib import path as library_path
 from ._structs import BYTE_VOCAB, TOKEN_EOT
-from .checkpoint import CheckpointStore, Latest, Loaded
+from .checkpoint import CheckpointInfo, CheckpointStore, Latest, Loaded
 from .comm import Comm
 from .config import TrainConfig
 from .context import CATEGORIES, Context, RngState
@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 library_version = _c.llmt_version_string().decode()
 
 __all__ = [
-    "BYTE_VOCAB", "Busy", "CATEGORIES", "Comm", "CommError", "CheckpointStore", "ConfigWarning", "Context", "CorruptData",
+    "BYTE_VOCAB", "Busy", "CATEGORIES", "Comm", "CommError", "CheckpointInfo", "CheckpointStore", "ConfigWarning", "Context", "CorruptData",
     "CudaError", "Generator", "IOFailure", "InvalidArgument", "Latest", "LlmtError", "Loaded", "Loader",
     "LoaderState", "LossScaler", "LossScalerState", "Model", "NotFound", "Optimizer",
     "OutOfMemory", "Plan", "Recompute", "RngState", "Slicer", "StateError", "StepReport",

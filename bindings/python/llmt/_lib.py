@@ -328,6 +328,7 @@ FUNCTIONS = {
     "llmt_ckpt_set_aside_invalid": (STATUS, [STORE, SIZEP, c_char_p, c_size_t]),
     "llmt_ckpt_path": (STATUS, [STORE, c_int64, c_int32, c_char_p, c_size_t, SIZEP]),
     "llmt_ckpt_consolidate": (STATUS, [STORE, c_int64, c_int32, c_char_p]),
+    "llmt_ckpt_get_info": (STATUS, [STORE, c_int64, c_int32, _p(S.llmt_ckpt_info)]),
 }
 
 

@@ -229,6 +229,16 @@ class llmt_train_state(Structure):
                 ("config_yaml", c_char_p)]
 
 
+class llmt_ckpt_info(Structure):
+    VERSION = 1
+    _fields_ = [("version", c_uint32), ("step", c_int64), ("epoch", c_int64),
+                ("tokens_seen", c_int64), ("format_version", c_int32),
+                ("library_version", c_char * 32), ("model", llmt_model_config),
+                ("has_optimizer", c_int32), ("has_scaler", c_int32), ("has_data", c_int32),
+                ("optimizer_steps", c_int64), ("world_size", c_int32), ("num_files", c_int32),
+                ("total_bytes", c_uint64)]
+
+
 # ---- trainer.h
 
 class llmt_trainer_parts(Structure):
@@ -294,8 +304,8 @@ STRUCTS = (llmt_comm_ops, llmt_context_config, llmt_memory_stats, llmt_rng_state
            llmt_loss_scaler_state,
            llmt_optimizer_config, llmt_update_report, llmt_plan_config, llmt_plan,
            llmt_train_config, llmt_tokenize_report, llmt_loader_config, llmt_loader_state,
-           llmt_ckpt_store_config, llmt_train_state, llmt_trainer_parts, llmt_trainer_config,
-           llmt_step_report)
+           llmt_ckpt_store_config, llmt_train_state, llmt_ckpt_info, llmt_trainer_parts,
+           llmt_trainer_config, llmt_step_report)
 
 
 def new(cls):

@@ -5,9 +5,11 @@ import os
 from collections import namedtuple
 
 from . import _structs as S
-from ._convert import TIERS, fill_struct, init_struct, path_bytes, tier as tier_index
+from ._convert import (PRECISIONS, TIERS, fill_struct, init_struct, path_bytes, struct_dict,
+                       tier as tier_index)
 from ._handle import Handle
 from ._lib import lib
+from .model import ROPE_SCALINGS
 
 Loaded = namedtuple("Loaded", "step tokens_seen user_blob")
 Loaded.__doc__ = "What CheckpointStore.load restored besides the objects."
@@ -23,6 +25,14 @@ _NOTE_BYTES = 1024 + 16
 Latest = namedtuple("Latest", "step tier notes")
 Latest.__doc__ = ("The newest checkpoint that verifies: its step, its tier (\"durable\" or "
                   "\"fast\") and a line per checkpoint passed over.")
+
+CheckpointInfo = namedtuple("CheckpointInfo", "step epoch tokens_seen format_version "
+                            "library_version model has_optimizer has_scaler has_data "
+                            "optimizer_steps world_size num_files total_bytes")
+CheckpointInfo.__doc__ = ("What a checkpoint's MANIFEST says of it (llmt_ckpt_info): model is "
+                          "a dict of llmt_model_config fields as Model.config gives them "
+                          "(precision included); world_size is 0 for a single-file checkpoint; "
+                          "num_files and total_bytes count the files the MANIFEST lists.")
 
 
 def _state(model, optimizer, scaler, loader, step=0, tokens_seen=0):
@@ -125,6 +135,20 @@ class CheckpointStore(Handle):
         lib.llmt_ckpt_set_aside_invalid(self._ptr, ctypes.byref(count), notes, len(notes))
         lines = [line for line in notes.value.decode(errors="replace").splitlines() if line]
         return SetAside(count.value, lines)
+
+    def info(self, step, tier="durable"):
+        """What the MANIFEST of checkpoint ``step`` of ``tier`` says, as a
+        CheckpointInfo; the manifest's checksum is checked, the other files
+        are not (see verify). Raises NotFound when there is no such
+        checkpoint, CorruptData naming the file for a damaged manifest."""
+        info = S.new(S.llmt_ckpt_info)
+        lib.llmt_ckpt_get_info(self._ptr, step, tier_index(tier), ctypes.byref(info))
+        fields = struct_dict(info, {
+            "library_version": bytes.decode,
+            "model": lambda m: struct_dict(m, {"precision": lambda v: PRECISIONS[v],
+                                               "rope_scaling": lambda v: ROPE_SCALINGS[v]}),
+            "has_optimizer": bool, "has_scaler": bool, "has_data": bool})
+        return CheckpointInfo(**fields)
 
     def path(self, step, tier="durable"):
         """The directory of checkpoint ``step`` of ``tier``."""
