@@ -50,7 +50,7 @@ static kv_view load_rows(float *buf, const void *src, int64_t rows, int64_t hd, 
 /* Causal softmax of block rows whose first sees `first_n` cache rows; the
  * row stride is ld, and entries past a row's last visible column, up to
  * `width`, are zeroed. */
-LLMT_CLONES static void softmax_rows(float *p, int64_t ld, int64_t rows, int64_t first_n,
+LLMT_CLONES static void softmax_cached_rows(float *p, int64_t ld, int64_t rows, int64_t first_n,
                                      int64_t width)
 {
     for (int64_t r = 0; r < rows; r++) {
@@ -73,7 +73,7 @@ static int head_block(llmt_device *dev, float *p, kv_view q, kv_view k, kv_view 
     int64_t rows = i1 - i0, width = past + i1;
     LLMT_TRY(llmt_cpu_sgemm_serial(dev, 0, 1, rows, width, hd, scale, q.p, q.ld, k.p, k.ld, 0.0f,
                                    p, t));
-    softmax_rows(p, t, rows, past + i0 + 1, width);
+    softmax_cached_rows(p, t, rows, past + i0 + 1, width);
     return llmt_cpu_sgemm_serial(dev, 0, 0, rows, hd, width, 1.0f, p, t, v.p, v.ld, 0.0f, o, ldo);
 }
 
