@@ -25,27 +25,14 @@
 #define ROOT 0
 #define PATH_CAP 4096
 
-/* llmt_comm_agree, except that every rank fails with the status and the
- * message of the lowest failed rank (prefixed with its rank), so a damaged
- * file one rank found is named on all of them. */
+/* llmt_comm_agree, except that every rank fails with the lowest failed
+ * rank's status (not LLMT_ECOMM), so a damaged file one rank found is
+ * LLMT_ECORRUPT, and named, on all of them. */
 static int agree_told(llmt_comm *c, int rc)
 {
-    const int32_t me = llmt_comm_rank(c), n = llmt_comm_size(c);
-    int64_t v = rc ? n - me : 0; /* the largest is the lowest failed rank */
-    LLMT_TRY(llmt_comm_allreduce_i64(c, "checkpoint outcome", &v, 1, LLMT_COMM_MAX));
-    if (!v)
-        return LLMT_OK;
-    const int32_t who = (int32_t)(n - v);
-    struct {
-        int64_t status;
-        char text[1024];
-    } told;
-    told.status = rc;
-    snprintf(told.text, sizeof told.text, "%s", rc ? llmt_error_last() : "");
-    LLMT_TRY(llmt_comm_broadcast(c, "checkpoint outcome", &told, sizeof told, who));
-    if (who == me)
-        return rc; /* its own message stands */
-    return llmt_fail((int)told.status, "rank %d: %s", (int)who, told.text);
+    int failed = LLMT_OK;
+    int agreed = llmt_comm_agree_code(c, rc, &failed);
+    return agreed == LLMT_ECOMM && !rc && failed ? failed : agreed;
 }
 
 /* A rank's file record, as sent to rank 0 (its chunk checksums follow
