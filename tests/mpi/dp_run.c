@@ -2,20 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <mpi.h>
-
 #include "dp_run.h"
 
-int rank, size, failures;
 int32_t layers = 2, micro = MICRO;
-
-void must(int rc, const char *what)
-{
-    if (rc != LLMT_OK) {
-        fprintf(stderr, "rank %d: %s: status %d: %s\n", rank, what, rc, llmt_error_last());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
 
 /* One shard of a learnable token stream (the same on every rank). */
 void write_shard(const char *dir)

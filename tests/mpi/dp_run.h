@@ -1,38 +1,21 @@
-/* What the data-parallel tests under mpiexec share: failure reporting per
- * rank, a shard of learnable tokens, and a small training run, sharded over
+/* What the data-parallel tests under mpiexec share: a shard of learnable
+ * tokens, and a small training run, sharded over
  * a communicator or, as the reference, one process whose slicer sums
  * micro-batches in order. */
 #ifndef LLMT_TEST_DP_RUN_H
 #define LLMT_TEST_DP_RUN_H
 
 #include <stdint.h>
-#include <stdio.h>
 
 #include "llmt/llmt.h"
+#include "mpi_check.h"
 
 enum { VOCAB = 32, B = 12, MICRO = 2, T = 8, STEPS = 20, HALF = 10 };
-
-/* This process's rank and the world's size (set by the test's main), and
- * the count of failed expectations on this rank. */
-extern int rank, size, failures;
 
 /* The shape of the next runs: layers (1 leaves ranks of -n 4 owning no
  * parameter) and micro-batch rows (B: one micro-batch for all ranks). */
 extern int32_t layers, micro;
 
-/* Aborts the job, naming the rank and the library's message, unless rc is 0. */
-void must(int rc, const char *what);
-
-/* Counts a failed expectation on this rank, with a message. */
-#define EXPECT(cond, ...)                                                          \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__);  \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fprintf(stderr, "\n");                                                 \
-            failures++;                                                            \
-        }                                                                          \
-    } while (0)
 
 /* Writes dir/train_000000.bin: one shard of a learnable token stream. */
 void write_shard(const char *dir);

@@ -11,28 +11,9 @@
 
 #include "llmt/comm_mpi.h"
 #include "llmt/llmt.h"
+#include "mpi_check.h"
 
 enum { B = 8, MICRO = 2, T = 12, VOCAB = 41 };
-
-static int rank, failures;
-
-#define EXPECT(cond, ...)                                                          \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                          \
-            fprintf(stderr, "\n");                                                 \
-            failures++;                                                            \
-        }                                                                          \
-    } while (0)
-
-static void must(int rc, const char *what)
-{
-    if (rc != LLMT_OK) {
-        fprintf(stderr, "rank %d: %s: status %d: %s\n", rank, what, rc, llmt_error_last());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
 
 /* Plans and trains precision on this rank, checking the plan against the
  * measured peaks. */
