@@ -30,7 +30,9 @@
 #define LLMT_COMM_MPI_H
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <mpi.h>
 
@@ -129,33 +131,52 @@ static inline void llmt_comm_mpi_free(llmt_comm_mpi *m)
 /* Creates the adapter over comm (duplicated; comm itself is not changed
  * and may be freed afterwards) and the library's communicator over it, in
  * (*out)->comm. Collective over comm: every rank calls it, after MPI_Init.
- * Errors: those of llmt_comm_create, with its message; and, with
- * llmt_error_last() left empty (a header cannot set the library's message),
- * LLMT_EINVAL when out is NULL or comm is MPI_COMM_NULL, LLMT_ENOMEM, and
- * LLMT_ECOMM when MPI cannot duplicate comm (MPI not initialised). */
+ * Errors, each with its message in llmt_error_last(): those of
+ * llmt_comm_create; LLMT_EINVAL when out is NULL or comm is MPI_COMM_NULL;
+ * LLMT_ESTATE when MPI is not initialised (or already finalised);
+ * LLMT_ENOMEM; LLMT_ECOMM when MPI refuses to duplicate comm or to set its
+ * error handler (with MPI's own description). */
 static inline int llmt_comm_mpi_create(llmt_comm_mpi **out, MPI_Comm comm)
 {
     llmt_error_clear();
     if (!out)
-        return LLMT_EINVAL;
+        return llmt_error_set(LLMT_EINVAL, "llmt_comm_mpi_create: out is NULL");
     *out = NULL;
     if (comm == MPI_COMM_NULL)
-        return LLMT_EINVAL;
+        return llmt_error_set(LLMT_EINVAL, "llmt_comm_mpi_create: comm is MPI_COMM_NULL");
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized)
+        return llmt_error_set(LLMT_ESTATE, finalized ? "llmt_comm_mpi_create: MPI is finalised"
+                                                     : "llmt_comm_mpi_create: MPI is not "
+                                                       "initialised (call MPI_Init first)");
     llmt_comm_mpi *m = (llmt_comm_mpi *)calloc(1, sizeof *m);
     if (!m)
-        return LLMT_ENOMEM;
+        return llmt_error_set(LLMT_ENOMEM, "llmt_comm_mpi_create: out of memory");
     m->mpi = MPI_COMM_NULL;
     int size = 0, rank = 0;
-    if (MPI_Comm_dup(comm, &m->mpi) != MPI_SUCCESS ||
-        MPI_Comm_set_errhandler(m->mpi, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
-        MPI_Comm_size(m->mpi, &size) != MPI_SUCCESS || MPI_Comm_rank(m->mpi, &rank) != MPI_SUCCESS) {
+    int err = MPI_Comm_dup(comm, &m->mpi);
+    if (err == MPI_SUCCESS)
+        err = MPI_Comm_set_errhandler(m->mpi, MPI_ERRORS_RETURN);
+    if (err == MPI_SUCCESS)
+        err = MPI_Comm_size(m->mpi, &size);
+    if (err == MPI_SUCCESS)
+        err = MPI_Comm_rank(m->mpi, &rank);
+    if (err != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING + 96] = "llmt_comm_mpi_create: MPI cannot duplicate the "
+                                               "communicator: ";
+        size_t used = strlen(text);
+        int len = 0;
+        if (MPI_Error_string(err, text + used, &len) != MPI_SUCCESS)
+            snprintf(text + used, sizeof text - used, "MPI error %d", err);
         llmt_comm_mpi_free(m);
-        return LLMT_ECOMM;
+        return llmt_error_set(LLMT_ECOMM, text);
     }
     m->ints = (int *)calloc(4 * (size_t)size, sizeof *m->ints);
     if (!m->ints) {
         llmt_comm_mpi_free(m);
-        return LLMT_ENOMEM;
+        return llmt_error_set(LLMT_ENOMEM, "llmt_comm_mpi_create: out of memory");
     }
     llmt_comm_ops ops = LLMT_COMM_OPS_INIT;
     ops.rank = rank;

@@ -50,6 +50,12 @@ LLMT_API const char *llmt_error_last(void);
 /* Forgets the calling thread's last error message. */
 LLMT_API void llmt_error_clear(void);
 
+/* Sets the calling thread's error message (truncated to 4095 bytes; NULL
+ * clears it) and returns status: for code compiled outside the library that
+ * reports through llmt_error_last(), such as the header-only adapter
+ * llmt/comm_mpi.h. */
+LLMT_API int llmt_error_set(int status, const char *message);
+
 /* Element types of tensors. */
 typedef enum llmt_dtype {
     LLMT_DTYPE_F32 = 0,

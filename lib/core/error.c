@@ -56,6 +56,12 @@ void llmt_error_clear(void)
     error_message[0] = '\0';
 }
 
+int llmt_error_set(int status, const char *message)
+{
+    snprintf(error_message, sizeof error_message, "%s", message ? message : "");
+    return status;
+}
+
 const char *llmt_status_string(int status)
 {
     switch (status) {

@@ -191,8 +191,9 @@ static void test_engine_error(llmt_comm_mpi *m)
 static void test_adapter_arguments(void)
 {
     llmt_comm_mpi *m = (llmt_comm_mpi *)&m; /* not NULL: must be cleared */
-    CHECK(llmt_comm_mpi_create(NULL, MPI_COMM_WORLD) == LLMT_EINVAL);
-    CHECK(llmt_comm_mpi_create(&m, MPI_COMM_NULL) == LLMT_EINVAL && m == NULL);
+    CHECK_FAIL(llmt_comm_mpi_create(NULL, MPI_COMM_WORLD), LLMT_EINVAL, "out is NULL");
+    CHECK_FAIL(llmt_comm_mpi_create(&m, MPI_COMM_NULL), LLMT_EINVAL, "MPI_COMM_NULL");
+    CHECK(m == NULL);
     llmt_comm_mpi_free(NULL);
     CHECK(llmt_comm_rank(NULL) == -1 && llmt_comm_size(NULL) == -1 &&
           llmt_comm_bytes_sent(NULL) == -1);
@@ -314,8 +315,17 @@ static void test_agree(llmt_comm_mpi *m)
     CHECK_FAIL(llmt_comm_agree(NULL, LLMT_OK), LLMT_EINVAL, "comm");
 }
 
+/* Before MPI_Init and after MPI_Finalize the adapter refuses, saying why. */
+static void test_adapter_outside_mpi(const char *why)
+{
+    llmt_comm_mpi *m = (llmt_comm_mpi *)&m;
+    CHECK_FAIL(llmt_comm_mpi_create(&m, MPI_COMM_WORLD), LLMT_ESTATE, why);
+    CHECK(m == NULL);
+}
+
 int main(int argc, char **argv)
 {
+    test_adapter_outside_mpi("not initialised");
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -351,5 +361,7 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("test_comm: %d ranks: %s (%d failed checks)\n", size, all ? "FAILED" : "passed", all);
     MPI_Finalize();
-    return all ? 1 : 0;
+    int before = failures;
+    test_adapter_outside_mpi("finalised");
+    return all || failures > before ? 1 : 0;
 }

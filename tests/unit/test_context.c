@@ -262,6 +262,21 @@ static void test_errors_are_thread_local(void **state)
     assert_string_equal(llmt_error_last(), "");   /* and this thread's stayed empty */
 }
 
+/* llmt_error_set: the message as given (truncated to the capacity), NULL clears. */
+static void test_error_set(void **state)
+{
+    (void)state;
+    assert_int_equal(llmt_error_set(LLMT_ECOMM, "adapter: no peer"), LLMT_ECOMM);
+    assert_string_equal(llmt_error_last(), "adapter: no peer");
+    char big[5000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(llmt_error_set(LLMT_EINVAL, big), LLMT_EINVAL);
+    assert_int_equal(strlen(llmt_error_last()), 4095);
+    assert_int_equal(llmt_error_set(LLMT_OK, NULL), LLMT_OK);
+    assert_string_equal(llmt_error_last(), "");
+}
+
 static void test_status_strings(void **state)
 {
     (void)state;
@@ -294,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_peak_tracking),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_errors_are_thread_local),
+        cmocka_unit_test(test_error_set),
         cmocka_unit_test(test_status_strings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

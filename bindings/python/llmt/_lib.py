@@ -152,6 +152,7 @@ FUNCTIONS = {
     "llmt_status_string": (c_char_p, [c_int]),
     "llmt_error_last": (c_char_p, []),
     "llmt_error_clear": (None, []),
+    "llmt_error_set": (c_int, [c_int, c_char_p]),
     "llmt_dtype_size": (c_size_t, [c_int]),
     "llmt_dtype_name": (c_char_p, [c_int]),
     "llmt_version_number": (c_uint32, []),
