@@ -64,6 +64,12 @@ OP_TESTS(lm_head_ce, ce_test)
 OP_TESTS(grad_stats, gs_test)
 OP_TESTS(adamw, adamw_test)
 
+static void test_adamw_cpu_bits(void **state)
+{
+    (void)state;
+    check_adamw_cpu_bits();
+}
+
 static void test_adamw_stochastic_bits_cuda(void **state)
 {
     (void)state;
@@ -229,6 +235,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lm_head_ce_cpu),
         cmocka_unit_test(test_grad_stats_cpu),
         cmocka_unit_test(test_adamw_cpu),
+        cmocka_unit_test(test_adamw_cpu_bits),
         cmocka_unit_test(test_gemm_failure_cpu),
     };
     const struct CMUnitTest cuda_tests[] = {

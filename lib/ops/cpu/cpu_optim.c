@@ -1,5 +1,6 @@
 /* CPU optimizer kernels: the one-pass gradient statistics (unscale, check for
  * inf/NaN, sum of squares) and the fused AdamW update. */
+#include <math.h>
 #include <omp.h>
 
 #include "core/error.h"
@@ -99,57 +100,125 @@ LLMT_INLINE uint16_t bf16_stochastic(float f, uint32_t random)
     return (uint16_t)((u + (random & 0xffffu)) >> 16);
 }
 
-/* One element of AdamW; returns the new weight in fp32. */
-LLMT_INLINE float adamw_one(const llmt_adamw_args *a, float w, float g, float *m, float *v)
+/* Elements per tile: the 16-bit modes widen a tile into fp32 arrays on the
+ * stack, update it, and narrow it back. */
+#define ADAMW_TILE 512
+
+/* The loop invariants of one update, each the same fp32 operation on the
+ * same operands as the per-element formula it replaces, so the same bits. */
+typedef struct adamw_consts {
+    float grad_factor, decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
+    float sqrt_bc2, eps, step_size;
+} adamw_consts;
+
+static adamw_consts adamw_consts_of(const llmt_adamw_args *a)
 {
-    g *= a->grad_factor;
-    w *= 1.0f - a->lr * a->weight_decay;
-    *m = a->beta1 * *m + (1.0f - a->beta1) * g;
-    *v = a->beta2 * *v + (1.0f - a->beta2) * g * g;
-    float denom = sqrtf(*v) / sqrtf(a->bias_correction2) + a->eps;
-    return w - (a->lr / a->bias_correction1) * *m / denom;
+    adamw_consts k = {
+        .grad_factor = a->grad_factor,
+        .decay = 1.0f - a->lr * a->weight_decay,
+        .beta1 = a->beta1,
+        .one_minus_beta1 = 1.0f - a->beta1,
+        .beta2 = a->beta2,
+        .one_minus_beta2 = 1.0f - a->beta2,
+        .sqrt_bc2 = sqrtf(a->bias_correction2),
+        .eps = a->eps,
+        .step_size = a->lr / a->bias_correction1,
+    };
+    return k;
 }
 
-/* A band [i0, i1) of the update, for weight dtype wdt and state dtype sdt. */
-LLMT_INLINE void adamw_band_t(const llmt_adamw_args *a, int64_t i0, int64_t i1, int wdt, int sdt)
+/* AdamW over n fp32 elements, in place (PyTorch's order of operations;
+ * the CUDA kernel computes the same expressions with -fmad=false). No FMA
+ * is contracted (ISO C mode), and the vector sqrt and division are
+ * correctly rounded, so vectorising changes no bit. */
+LLMT_INLINE void adamw_f32_run(const adamw_consts *k, float *restrict w, const float *restrict g,
+                               float *restrict m, float *restrict v, int64_t n)
 {
-    uint32_t block[4];
-    for (int64_t i = i0; i < i1; i++) {
-        float m = get(a->m, sdt, i), v = get(a->v, sdt, i);
-        float w = a->master ? a->master[i] : get(a->w, wdt, i);
-        float nw = adamw_one(a, w, get(a->g, wdt, i), &m, &v);
-        put(a->m, sdt, i, m);
-        put(a->v, sdt, i, v);
-        if (a->master) {
-            a->master[i] = nw;
-            put(a->w, wdt, i, nw);
-        } else if (a->stochastic) {
-            /* Value rng_offset + i of the stream: one Philox block serves four. */
-            uint64_t idx = a->rng_offset + (uint64_t)i;
-            if (i == i0 || idx % 4 == 0)
-                llmt_rng_block(a->seed, LLMT_STREAM_ROUNDING, idx / 4, block);
-            ((uint16_t *)a->w)[i] = bf16_stochastic(nw, block[idx % 4]);
-        } else {
-            put(a->w, wdt, i, nw);
-        }
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * k->grad_factor;
+        float wi = w[i] * k->decay;
+        float mi = k->beta1 * m[i] + k->one_minus_beta1 * gi;
+        float vi = k->beta2 * v[i] + k->one_minus_beta2 * gi * gi;
+        float denom = sqrtf(vi) / k->sqrt_bc2 + k->eps;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = wi - k->step_size * mi / denom;
     }
+}
+
+/* Widens n 16-bit values (dtype dt) to fp32, and narrows back rounding to
+ * nearest even. */
+LLMT_INLINE void widen(float *restrict out, const void *restrict in, int dt, int n)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = get(in, dt, i);
+}
+LLMT_INLINE void narrow(void *restrict out, const float *restrict in, int dt, int n)
+{
+    for (int i = 0; i < n; i++)
+        put(out, dt, i, in[i]);
 }
 
 LLMT_CLONES static void adamw_f32(const llmt_adamw_args *a, int64_t i0, int64_t i1)
 {
-    adamw_band_t(a, i0, i1, LLMT_DTYPE_F32, LLMT_DTYPE_F32);
+    const adamw_consts k = adamw_consts_of(a);
+    adamw_f32_run(&k, (float *)a->w + i0, (const float *)a->g + i0, (float *)a->m + i0,
+                  (float *)a->v + i0, i1 - i0);
 }
+
+/* 16-bit weights and gradients, fp32 master weights and moments: the
+ * update runs on the master; the weights are its rounding. */
+LLMT_INLINE void adamw_master_t(const llmt_adamw_args *a, int64_t i0, int64_t i1, int wdt)
+{
+    const adamw_consts k = adamw_consts_of(a);
+    float g[ADAMW_TILE];
+    for (int64_t t = i0; t < i1; t += ADAMW_TILE) {
+        int n = i1 - t < ADAMW_TILE ? (int)(i1 - t) : ADAMW_TILE;
+        widen(g, cat(a->g, wdt, t), wdt, n);
+        adamw_f32_run(&k, a->master + t, g, (float *)a->m + t, (float *)a->v + t, n);
+        narrow(at(a->w, wdt, t), a->master + t, wdt, n);
+    }
+}
+
 LLMT_CLONES static void adamw_bf16_master(const llmt_adamw_args *a, int64_t i0, int64_t i1)
 {
-    adamw_band_t(a, i0, i1, LLMT_DTYPE_BF16, LLMT_DTYPE_F32);
+    adamw_master_t(a, i0, i1, LLMT_DTYPE_BF16);
 }
 LLMT_CLONES static void adamw_f16_master(const llmt_adamw_args *a, int64_t i0, int64_t i1)
 {
-    adamw_band_t(a, i0, i1, LLMT_DTYPE_F16, LLMT_DTYPE_F32);
+    adamw_master_t(a, i0, i1, LLMT_DTYPE_F16);
 }
+
+/* bf16 weights, gradients and moments: the weights round stochastically,
+ * element i with value rng_offset + i of the rounding stream (one Philox
+ * block serves four). */
 LLMT_CLONES static void adamw_bf16_pure(const llmt_adamw_args *a, int64_t i0, int64_t i1)
 {
-    adamw_band_t(a, i0, i1, LLMT_DTYPE_BF16, LLMT_DTYPE_BF16);
+    const adamw_consts k = adamw_consts_of(a);
+    const int dt = LLMT_DTYPE_BF16;
+    float w[ADAMW_TILE], g[ADAMW_TILE], m[ADAMW_TILE], v[ADAMW_TILE];
+    uint32_t block[4];
+    for (int64_t t = i0; t < i1; t += ADAMW_TILE) {
+        int n = i1 - t < ADAMW_TILE ? (int)(i1 - t) : ADAMW_TILE;
+        widen(w, cat(a->w, dt, t), dt, n);
+        widen(g, cat(a->g, dt, t), dt, n);
+        widen(m, cat(a->m, dt, t), dt, n);
+        widen(v, cat(a->v, dt, t), dt, n);
+        adamw_f32_run(&k, w, g, m, v, n);
+        narrow(at(a->m, dt, t), m, dt, n);
+        narrow(at(a->v, dt, t), v, dt, n);
+        uint16_t *out = (uint16_t *)a->w + t;
+        if (!a->stochastic) {
+            narrow(out, w, dt, n);
+            continue;
+        }
+        for (int j = 0; j < n; j++) {
+            uint64_t idx = a->rng_offset + (uint64_t)(t + j);
+            if ((t == i0 && j == 0) || idx % 4 == 0)
+                llmt_rng_block(a->seed, LLMT_STREAM_ROUNDING, idx / 4, block);
+            out[j] = bf16_stochastic(w[j], block[idx % 4]);
+        }
+    }
 }
 
 int llmt_cpu_adamw(llmt_device *dev, const llmt_adamw_args *a)

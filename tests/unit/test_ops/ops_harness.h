@@ -96,6 +96,10 @@ void check_cuda(const op_test *t);
 /* ---- the op tests (tests/unit/test_ops/ops_*.c) */
 extern const op_test gemm_test, gemm_model_test, embed_test, rms_test, rope_test, attn_test, swiglu_test, add_test,
     ce_test, gs_test, adamw_test;
+/* The CPU's AdamW equals, bit for bit, the formula of lib/ops/ops.h computed
+ * one element at a time in fp32 (what the CUDA kernel and an offloaded
+ * update must reproduce), for every variant, odd lengths and inf/NaN. */
+void check_adamw_cpu_bits(void);
 /* BF16_PURE's stochastically rounded weights: CUDA equals the CPU bit for bit. */
 void check_stochastic_bits(void);
 /* CPU ops whose oneDNN product fails return its status and message

@@ -211,6 +211,74 @@ static void adamw_ref(int v, const void *p, result *out)
 const op_test adamw_test = {"adamw", ADAMW_VARIANTS, adamw_name, adamw_dt, adamw_make,
                                    adamw_run, adamw_ref, adamw_free, 1.0};
 
+/* One AdamW element in fp32, written from lib/ops/ops.h's definition in
+ * the order of operations of PyTorch's AdamW (the same expressions as the
+ * CUDA kernel); ISO C contracts no FMA. Returns the new weight. */
+static float adamw_scalar(const llmt_adamw_args *a, float w, float g, float *m, float *v)
+{
+    g *= a->grad_factor;
+    w *= 1.0f - a->lr * a->weight_decay;
+    *m = a->beta1 * *m + (1.0f - a->beta1) * g;
+    *v = a->beta2 * *v + (1.0f - a->beta2) * g * g;
+    float denom = sqrtf(*v) / sqrtf(a->bias_correction2) + a->eps;
+    return w - (a->lr / a->bias_correction1) * *m / denom;
+}
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+void check_adamw_cpu_bits(void)
+{
+    backend *b = &g_cpu;
+    for (int var = 0; var < ADAMW_VARIANTS; var++)
+        for (int64_t n = 1; n <= WN; n += WN - 1) { /* one element, and tiles plus a tail */
+            adamw_in *in = adamw_make(var, 99 + (uint64_t)var);
+            in->g[1 % n] = INFINITY; /* the weight becomes NaN or stays, as the formula says */
+            in->g[2 % n] = NAN;
+            in->v[3 % n] = 0.0f;
+            llmt_adamw_args a = in->args;
+            a.n = n;
+            a.stochastic = 0; /* the stochastic draw is check_stochastic_bits' */
+            a.w = pack(in->w, n, a.w_dt);
+            a.g = pack(in->g, n, a.w_dt);
+            a.m = pack(in->m, n, a.state_dt);
+            a.v = pack(in->v, n, a.state_dt);
+            a.master = in->var.master ? pack(in->master, n, LLMT_DTYPE_F32) : NULL;
+            OK(b->ops->adamw(b->dev, &a));
+            float got[4];
+            for (int64_t i = 0; i < n; i++) {
+                /* The inputs as stored (rounded to their dtypes), updated by hand. */
+                float m = round_dt(in->m[i], a.state_dt), v = round_dt(in->v[i], a.state_dt);
+                float w0 = in->var.master ? in->master[i] : round_dt(in->w[i], a.w_dt);
+                float w = adamw_scalar(&a, w0, round_dt(in->g[i], a.w_dt), &m, &v);
+                unpack(&got[0], (const char *)a.w + i * (int64_t)llmt_dtype_size(a.w_dt), 1, a.w_dt);
+                unpack(&got[1], (const char *)a.m + i * (int64_t)llmt_dtype_size(a.state_dt), 1,
+                       a.state_dt);
+                unpack(&got[2], (const char *)a.v + i * (int64_t)llmt_dtype_size(a.state_dt), 1,
+                       a.state_dt);
+                got[3] = a.master ? a.master[i] : w;
+                const float want[4] = {round_dt(w, a.w_dt), round_dt(m, a.state_dt),
+                                       round_dt(v, a.state_dt), w};
+                for (int k = 0; k < 4; k++)
+                    if (bits_of(got[k]) != bits_of(want[k]) && !(isnan(got[k]) && isnan(want[k]))) {
+                        fprintf(stderr, "adamw %s n %lld element %lld output %d: %a, by hand %a\n",
+                                in->var.name, (long long)n, (long long)i, k, got[k], want[k]);
+                        fail();
+                    }
+            }
+            free((void *)a.w);
+            free((void *)a.g);
+            free(a.m);
+            free(a.v);
+            free(a.master);
+            adamw_free(in);
+        }
+}
+
 /* The stochastic rounding of BF16_PURE must draw the CPU's Philox values:
  * a wrong draw still lands within one ulp (inside any tolerance), so the
  * CUDA weights must equal the CPU's bit for bit (both compute the update
