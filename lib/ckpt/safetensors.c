@@ -216,17 +216,57 @@ static int build_head(const char *path, const llmt_st_write_tensor *t, size_t n,
     return *out ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "%s: out of memory for the header", path);
 }
 
-/* Where the writer's bytes go: the temporary file and the running checksum. */
+/* Where the writer's bytes go: the temporary file, the running checksum,
+ * and with chunk_bytes the checksums of each run of chunk_bytes (chunk_xxh
+ * holds the run in progress: hashed % chunk_bytes bytes of it). */
 typedef struct sink {
     int fd;
     const char *path, *tmp;
     XXH3_state_t *xxh;
     uint64_t written;
+    uint64_t chunk_bytes, hashed;
+    XXH3_state_t *chunk_xxh;
+    uint64_t *chunks;
+    size_t n_chunks, cap_chunks;
 } sink;
+
+/* Appends the digest of the run in progress and starts the next. */
+static int push_chunk(sink *s)
+{
+    if (s->n_chunks == s->cap_chunks) {
+        size_t cap = s->cap_chunks ? 2 * s->cap_chunks : 16;
+        uint64_t *grown = realloc(s->chunks, cap * sizeof *grown);
+        if (!grown)
+            return llmt_fail(LLMT_ENOMEM, "%s: out of memory for the chunk checksums", s->path);
+        s->chunks = grown;
+        s->cap_chunks = cap;
+    }
+    s->chunks[s->n_chunks++] = XXH3_64bits_digest(s->chunk_xxh);
+    XXH3_64bits_reset(s->chunk_xxh);
+    return LLMT_OK;
+}
+
+/* Feeds n bytes to the per-run checksums, closing each run that fills. */
+static int hash_runs(sink *s, const char *p, size_t n)
+{
+    while (n) {
+        uint64_t room = s->chunk_bytes - s->hashed % s->chunk_bytes;
+        size_t take = n < room ? n : (size_t)room;
+        XXH3_64bits_update(s->chunk_xxh, p, take);
+        s->hashed += take;
+        p += take;
+        n -= take;
+        if (s->hashed % s->chunk_bytes == 0)
+            LLMT_TRY(push_chunk(s));
+    }
+    return LLMT_OK;
+}
 
 static int sink_write(sink *s, const char *p, size_t n)
 {
     XXH3_64bits_update(s->xxh, p, n);
+    if (s->chunk_bytes)
+        LLMT_TRY(hash_runs(s, p, n));
     int rc = llmt_write_all(s->fd, p, n, s->path, s->tmp);
     if (!rc)
         s->written += n;
@@ -288,25 +328,33 @@ static int write_file(const char *path, const llmt_st_write_tensor *t, size_t n,
     char *tmp = malloc(path_len + sizeof suffix);
     char *buf = cap ? malloc(cap) : NULL;
     XXH3_state_t *xxh = XXH3_createState();
+    XXH3_state_t *chunk_xxh = o->hash_chunk_bytes ? XXH3_createState() : NULL;
+    sink s = {.fd = -1, .path = path, .xxh = xxh, .chunk_bytes = o->hash_chunk_bytes,
+              .chunk_xxh = chunk_xxh};
     int rc = LLMT_OK;
-    if (!tmp || (cap && !buf) || !xxh) {
+    if (!tmp || (cap && !buf) || !xxh || (o->hash_chunk_bytes && !chunk_xxh)) {
         rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory for a %zu-byte buffer", path, cap);
         goto out;
     }
     memcpy(tmp, path, path_len);
     memcpy(tmp + path_len, suffix, sizeof suffix);
-    sink s = {.fd = mkstemp(tmp), .path = path, .tmp = tmp, .xxh = xxh};
+    s.tmp = tmp;
+    s.fd = mkstemp(tmp);
     if (s.fd < 0) {
         rc = llmt_fail(LLMT_EIO, "%s: creating %s: %s", path, tmp, strerror(errno));
         goto out;
     }
     XXH3_64bits_reset(xxh);
+    if (chunk_xxh)
+        XXH3_64bits_reset(chunk_xxh);
     if (fchmod(s.fd, 0644) != 0)
         rc = llmt_fail(LLMT_EIO, "%s: chmod %s: %s", path, tmp, strerror(errno));
     if (!rc)
         rc = sink_write(&s, head, head_len);
     if (!rc)
         rc = stream_data(&s, t, n, buf, cap);
+    if (!rc && s.chunk_bytes && s.hashed % s.chunk_bytes)
+        rc = push_chunk(&s); /* the last, shorter run */
     if (!rc && o->durable && fsync(s.fd) != 0)
         rc = llmt_fail(LLMT_EIO, "%s: fsync of %s: %s", path, tmp, strerror(errno));
     if (close(s.fd) != 0 && !rc)
@@ -322,8 +370,13 @@ static int write_file(const char *path, const llmt_st_write_tensor *t, size_t n,
     if (!rc && result) {
         result->file_bytes = s.written;
         result->xxh3 = XXH3_64bits_digest(xxh);
+        result->chunks = s.chunks;
+        result->n_chunks = s.n_chunks;
+        s.chunks = NULL;
     }
 out:
+    free(s.chunks);
+    XXH3_freeState(chunk_xxh);
     XXH3_freeState(xxh);
     free(buf);
     free(tmp);

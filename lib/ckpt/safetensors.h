@@ -49,13 +49,18 @@ typedef struct llmt_st_meta {
 typedef struct llmt_st_write_opts {
     bool durable;       /* fsync the file before the rename and its directory after */
     size_t chunk_bytes; /* staging buffer for the data; 0 means 8 MiB */
+    uint64_t hash_chunk_bytes; /* > 0: also hash each run of this many bytes of the
+                                  file (the last may be shorter), as they are written */
 } llmt_st_write_opts;
 
-#define LLMT_ST_WRITE_OPTS_INIT {true, 0}
+#define LLMT_ST_WRITE_OPTS_INIT {true, 0, 0}
 
 typedef struct llmt_st_write_result {
     uint64_t file_bytes; /* size of the file written */
     uint64_t xxh3;       /* XXH3-64 (seed 0) of all its bytes, header included */
+    uint64_t *chunks;    /* with hash_chunk_bytes: the XXH3-64 of each run, in file order
+                            (malloc'd: the caller frees it); else NULL */
+    size_t n_chunks;
 } llmt_st_write_result;
 
 /* Writes n tensors, laid out in the order given, and n_meta metadata entries

@@ -247,7 +247,7 @@ static int write_tensors(const char *tmp, const char *file, const llmt_st_write_
         return llmt_fail(LLMT_ENOMEM, "out of memory");
     llmt_st_write_opts opts = LLMT_ST_WRITE_OPTS_INIT;
     opts.durable = sync;
-    llmt_st_write_result res = {0, 0};
+    llmt_st_write_result res = {0, 0, NULL, 0};
     int rc = llmt_st_write(path, t, n, meta, n_meta, &opts, &res);
     if (!rc) {
         llmt_manifest_file *f = &m->files[m->n_files++];

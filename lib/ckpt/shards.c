@@ -54,36 +54,6 @@ static char *path_of(const char *dir, const char *name)
 
 #define CHUNK LLMT_MANIFEST_CHUNK_BYTES /* what a save writes */
 
-/* The XXH3-64 of each CHUNK bytes of path (just written: its size is known). */
-static int hash_chunks(const char *path, llmt_manifest_shard *out)
-{
-    out->n_chunks = (size_t)((out->file.bytes + CHUNK - 1) / CHUNK);
-    out->chunks = malloc((out->n_chunks ? out->n_chunks : 1) * sizeof *out->chunks);
-    char *buf = malloc(CHUNK);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    int rc = !out->chunks || !buf ? llmt_fail(LLMT_ENOMEM, "%s: out of memory", path)
-             : fd < 0 ? llmt_fail(LLMT_EIO, "%s: cannot open: %s", path, strerror(errno))
-                      : LLMT_OK;
-    if (fd >= 0)
-        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    for (size_t c = 0; c < out->n_chunks && !rc; c++) {
-        uint64_t at = (uint64_t)c * CHUNK;
-        size_t take = (size_t)(out->file.bytes - at < CHUNK ? out->file.bytes - at : CHUNK);
-        rc = llmt_pread_all(fd, path, buf, take, at);
-        if (!rc)
-            out->chunks[c] = XXH3_64bits(buf, take);
-    }
-    if (fd >= 0)
-        close(fd);
-    free(buf);
-    if (rc) {
-        free(out->chunks);
-        out->chunks = NULL;
-        out->n_chunks = 0;
-    }
-    return rc;
-}
-
 int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank, int32_t size,
                           int sync, llmt_manifest_shard *out)
 {
@@ -112,13 +82,14 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
                                   {"llmt.world_size", ranks}, {"llmt.elements", elements}};
     llmt_st_write_opts opts = LLMT_ST_WRITE_OPTS_INIT;
     opts.durable = sync;
-    llmt_st_write_result res = {0, 0};
+    opts.hash_chunk_bytes = CHUNK; /* the manifest's chunk checksums, hashed as written */
+    llmt_st_write_result res = {0, 0, NULL, 0};
     char *path = path_of(dir, out->file.name);
     int rc = path ? llmt_st_write(path, t, (size_t)n, meta, 5, &opts, &res) : LLMT_ENOMEM;
     out->file.bytes = res.file_bytes;
     out->file.xxh3 = res.xxh3;
-    if (!rc)
-        rc = hash_chunks(path, out);
+    out->chunks = res.chunks;
+    out->n_chunks = res.n_chunks;
     free(path);
     return rc;
 }

@@ -386,8 +386,8 @@ static void test_write_from_pointers(void **state)
     by_pointer[0].fill = NULL, by_pointer[0].data = small;
     by_pointer[1].fill = NULL, by_pointer[1].data = big; /* the middle one only by pointer too */
     by_pointer[2].data = NULL;
-    const llmt_st_write_opts opts = {false, 4096};
-    llmt_st_write_result r1 = {0, 0}, r2 = {0, 0};
+    const llmt_st_write_opts opts = {false, 4096, 0};
+    llmt_st_write_result r1 = {0, 0, NULL, 0}, r2 = {0, 0, NULL, 0};
     const char *p1 = path_of("fill.safetensors");
     assert_int_equal(llmt_st_write(p1, by_fill, 3, NULL, 0, &opts, &r1), LLMT_OK);
     size_t n1 = 0, n2 = 0;
@@ -416,7 +416,7 @@ static void test_write_layout(void **state)
     };
     const llmt_st_meta meta[2] = {{"format", "pt"}, {"step", "12"}};
     const char *path = path_of("written.safetensors");
-    llmt_st_write_result result = {0, 0};
+    llmt_st_write_result result = {0, 0, NULL, 0};
     llmt_fail(LLMT_EINVAL, "an earlier failure");
     assert_int_equal(llmt_st_write(path, tensors, 3, meta, 2, NULL, &result), LLMT_OK);
     assert_string_equal(llmt_error_last(), "an earlier failure"); /* a success keeps it */
@@ -501,7 +501,9 @@ static int fill_pattern(void *user, size_t t, size_t byte_offset, void *dst, siz
 }
 
 /* Writes three tensors, the middle one of big_elems F32, through a buffer of
- * chunk bytes (0: the default), and checks every byte through the reader. */
+ * chunk bytes (0: the default), and checks every byte through the reader and
+ * the checksum of each 1000-byte run (runs that cross the buffer's writes)
+ * against the file read back. */
 static void round_trip_large(const char *name, size_t big_elems, size_t chunk, size_t max_chunk)
 {
     fill_log log = {{0}, {0}, 0};
@@ -512,7 +514,7 @@ static void round_trip_large(const char *name, size_t big_elems, size_t chunk, s
     };
     const size_t sizes[3] = {10, 4 * big_elems, 4};
     const char *path = path_of(name);
-    llmt_st_write_opts opts = {false, chunk};
+    llmt_st_write_opts opts = {false, chunk, 1000};
     llmt_st_write_result result;
     assert_int_equal(llmt_st_write(path, tensors, 3, NULL, 0, &opts, &result), LLMT_OK);
     for (int t = 0; t < 3; t++)
@@ -536,6 +538,13 @@ static void round_trip_large(const char *name, size_t big_elems, size_t chunk, s
     unsigned char *file = read_bytes(path, &size);
     assert_int_equal(result.file_bytes, size);
     assert_true(result.xxh3 == XXH3_64bits(file, size));
+    assert_int_equal(result.n_chunks, (size + 999) / 1000);
+    for (size_t c = 0; c < result.n_chunks; c++) {
+        size_t at = c * 1000, len = size - at < 1000 ? size - at : 1000;
+        if (result.chunks[c] != XXH3_64bits(file + at, len))
+            fail_msg("run %zu of %zu: checksum differs from the file's bytes", c, result.n_chunks);
+    }
+    free(result.chunks);
     free(file);
     free(buf);
     unlink(path);
@@ -595,8 +604,8 @@ static void test_atomic_replace(void **state)
             tensors[t].user = (void *)&cases[i];
             tensors[t].dtype = LLMT_DTYPE_I32; /* would change the header */
         }
-        llmt_st_write_opts opts = {true, 4096};
-        llmt_st_write_result result = {1, 2};
+        llmt_st_write_opts opts = {true, 4096, 0};
+        llmt_st_write_result result = {1, 2, NULL, 0};
         int rc = llmt_st_write(path, tensors, 3, NULL, 0, &opts, &result);
         assert_int_equal(rc, cases[i].status);
         const char *msg = llmt_error_last();
