@@ -1,20 +1,33 @@
-/* Checkpoint speed against plain file I/O of the same bytes, in one run:
- * synchronous save vs a sequential write + fsync; load (from a cold page
- * cache: the files' pages are dropped with posix_fadvise first) vs a plain
- * read; the time save_async blocks the caller vs a memcpy of the state; and
- * resume (open, latest with its full verification, load) in seconds.
+/* Checkpoint speed against plain file I/O of the same bytes, in one process:
+ * R interleaved rounds, each a synchronous save and a sequential write +
+ * fsync of as many bytes into a new file (the previous round's removed, as
+ * the save removes the previous step), then a load and a plain read of the
+ * checkpoint's own files, both from a cold page cache (the files' pages
+ * are dropped with posix_fadvise after fdatasync). Which side goes first
+ * alternates from round to round, and each round's ratio (plain time / our
+ * time, > 1: we are faster) is taken within the round, so a disk whose
+ * speed drifts between rounds moves both sides. Prints every round, each
+ * side's min and median, the median and min of the per-round ratios and of
+ * the order-balanced pairs of rounds (bench_ratio.h); then the time save_async blocks the caller
+ * against a memcpy of the state, and a resume (open, latest with its full
+ * verification, load) in seconds.
  *
- * Usage: bench_ckpt DIR [hidden] — DIR on the file system to measure. The
- * state is an fp32 model with AdamW moments (12 bytes saved per parameter);
- * the default hidden size 1024 gives 142M parameters, 1.7 GB of state. */
+ * Usage: bench_ckpt DIR [rounds] [hidden] — DIR on the file system to
+ * measure; rounds 6 by default (even: as many rounds of each order). The
+ * state is an fp32 model with AdamW moments (12 bytes saved per
+ * parameter); the default hidden size 1024 gives 143M parameters, 1.71 GB
+ * of state. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_ratio.h"
 #include "bench_util.h"
 #include "llmt/llmt.h"
+
+#define IO_CHUNK ((size_t)64 << 20)
 
 static void die(const char *what)
 {
@@ -22,7 +35,8 @@ static void die(const char *what)
     exit(1);
 }
 
-/* Drops a file's cached pages, so the next read comes from the disk. */
+/* Drops a file's cached pages, so the next read comes from the disk (or
+ * from what caches below the guest's page cache: a VM's host). */
 static void drop_cache(const char *path)
 {
     int fd = open(path, O_RDONLY);
@@ -33,44 +47,114 @@ static void drop_cache(const char *path)
     }
 }
 
-static double plain_write(const char *path, const char *buf, size_t n)
+/* Writes n bytes of buf to a new file at path and fsyncs it, then removes
+ * the previous round's file old (NULL: none), as a save with keep = 1 writes
+ * a new step and then removes the one before: both sides allocate fresh
+ * blocks and free as many. On a VM's disk, blocks written before are
+ * often much faster to write again than fresh ones, so an overwrite in
+ * place would not be the same work. */
+static double plain_write(const char *path, const char *old, const char *buf, size_t n)
 {
     double t = bench_now();
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        die(path);
     for (size_t off = 0; off < n;) {
-        ssize_t k = write(fd, buf + off, n - off < (64u << 20) ? n - off : (64u << 20));
+        ssize_t k = write(fd, buf + off, n - off < IO_CHUNK ? n - off : IO_CHUNK);
         if (k <= 0)
             die("plain write");
         off += (size_t)k;
     }
-    fsync(fd);
+    if (fsync(fd) != 0)
+        die("plain fsync");
     close(fd);
+    if (old && unlink(old) != 0)
+        die(old);
     return bench_now() - t;
 }
 
-static double plain_read(const char *path, char *buf, size_t n)
+/* Reads path whole into buf (cap bytes at most), in IO_CHUNK reads. */
+static size_t read_whole(const char *path, char *buf, size_t cap)
 {
-    drop_cache(path);
-    double t = bench_now();
     int fd = open(path, O_RDONLY);
-    for (size_t off = 0; off < n;) {
-        ssize_t k = read(fd, buf + off, n - off < (64u << 20) ? n - off : (64u << 20));
-        if (k <= 0)
-            die("plain read");
-        off += (size_t)k;
+    if (fd < 0)
+        die(path);
+    size_t off = 0;
+    for (ssize_t k = 1; k > 0; off += (size_t)k) {
+        k = read(fd, buf + off, cap - off < IO_CHUNK ? cap - off : IO_CHUNK);
+        if (k < 0 || (k == 0 && off == cap))
+            die("plain read: the buffer is too small or read failed");
+        if (k == 0)
+            break;
     }
     close(fd);
+    return off;
+}
+
+/* A plain sequential read of the n files at paths, one after the other,
+ * into buf (cap bytes), from a cold page cache. */
+static double plain_read(const char *const *paths, int n, char *buf, size_t cap)
+{
+    for (int i = 0; i < n; i++)
+        drop_cache(paths[i]);
+    double t = bench_now();
+    for (int i = 0; i < n; i++) {
+        size_t got = read_whole(paths[i], buf, cap);
+        buf += got;
+        cap -= got;
+    }
+    return bench_now() - t;
+}
+
+static double timed_save(llmt_ckpt_store *s, llmt_train_state *st, int64_t step)
+{
+    st->step = step;
+    double t = bench_now();
+    if (llmt_ckpt_save(s, st, LLMT_CKPT_DURABLE))
+        die("save");
+    return bench_now() - t;
+}
+
+/* The paths of checkpoint step's files in store_dir: the MANIFEST, the
+ * weights, the optimizer state. */
+typedef struct ckpt_files {
+    char path[3][1200];
+    const char *p[3];
+} ckpt_files;
+
+static void ckpt_files_of(ckpt_files *f, const char *store_dir, int64_t step)
+{
+    static const char *const names[3] = {"MANIFEST", "model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(f->path[i], sizeof f->path[i], "%s/step-%08lld/%s", store_dir, (long long)step,
+                 names[i]);
+        f->p[i] = f->path[i];
+    }
+}
+
+/* A load of checkpoint step from a cold page cache. */
+static double timed_load(llmt_ckpt_store *s, const ckpt_files *f, llmt_train_state *ld,
+                         int64_t step)
+{
+    for (int i = 0; i < 3; i++)
+        drop_cache(f->path[i]);
+    double t = bench_now();
+    if (llmt_ckpt_load(s, step, LLMT_CKPT_DURABLE, ld, NULL, 0, NULL))
+        die("load");
     return bench_now() - t;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: bench_ckpt DIR [hidden]\n");
+    int rounds = argc > 2 ? atoi(argv[2]) : 6;
+    int hidden = argc > 3 ? atoi(argv[3]) : 1024;
+    if (argc < 2 || argc > 4 || rounds < 1 || rounds > BENCH_MAX_ROUNDS || hidden < 64 ||
+        hidden % 64) {
+        fprintf(stderr, "usage: bench_ckpt DIR [rounds 1..%d, default 6] [hidden: a multiple of "
+                        "64, default 1024]\n", BENCH_MAX_ROUNDS);
         return 2;
     }
     const char *dir = argv[1];
-    int hidden = argc > 2 ? atoi(argv[2]) : 1024;
     llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
     cc.num_threads = 2;
     llmt_context *ctx = NULL;
@@ -83,9 +167,8 @@ int main(int argc, char **argv)
     if (llmt_context_create(&ctx, &cc) || llmt_model_create(&m, ctx, &c) ||
         llmt_optimizer_create(&o, m, &oc))
         die("setup");
-    char store_dir[1024], plain_path[1100];
+    char store_dir[1024], plain_path[2][1100];
     snprintf(store_dir, sizeof store_dir, "%s/bench-ckpt", dir);
-    snprintf(plain_path, sizeof plain_path, "%s/bench-plain.bin", dir);
     llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
     sc.keep = 1;
     llmt_ckpt_store *s = NULL;
@@ -94,42 +177,72 @@ int main(int argc, char **argv)
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
     st.model = m;
     st.optimizer = o;
+    llmt_train_state ld = st;
     double params = (double)llmt_model_num_params(m);
     size_t state_bytes = (size_t)(params * 12);
+    double gb = (double)state_bytes / 1e9;
+    size_t cap = state_bytes + ((size_t)1 << 20); /* the files' headers and the MANIFEST too */
+    char *buf = malloc(cap);
+    if (!buf)
+        die("malloc");
+    memset(buf, 1, cap);
+    printf("state: %.0fM parameters, %.2f GB (fp32 weights + AdamW moments); %d interleaved "
+           "rounds, ratio = plain / ours (> 1: we are faster)\n", params / 1e6, gb, rounds);
 
-    /* Synchronous save vs a plain write + fsync of as many bytes. */
-    char *buf = malloc(state_bytes);
-    memset(buf, 1, state_bytes);
-    double t_plain_w = plain_write(plain_path, buf, state_bytes);
-    st.step = 1;
-    double t = bench_now();
-    if (llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE))
-        die("save");
-    double t_save = bench_now() - t;
-
-    /* Load from a cold cache vs a plain cold read. */
-    char files[3][1200];
-    snprintf(files[0], sizeof files[0], "%s/step-00000001/model.safetensors", store_dir);
-    snprintf(files[1], sizeof files[1], "%s/step-00000001/optimizer.safetensors", store_dir);
-    snprintf(files[2], sizeof files[2], "%s/step-00000001/MANIFEST", store_dir);
-    double t_plain_r = plain_read(plain_path, buf, state_bytes);
-    for (int i = 0; i < 3; i++)
-        drop_cache(files[i]);
-    llmt_train_state ld = st;
-    t = bench_now();
-    if (llmt_ckpt_load(s, 1, LLMT_CKPT_DURABLE, &ld, NULL, 0, NULL))
-        die("load");
-    double t_load = bench_now() - t;
+    /* Each round: save and plain write, then load and plain read, the
+     * plain side first in rounds 1, 3, ... (as printed), ours in 2, 4, ... The plain read
+     * reads the checkpoint's own files (the same bytes in the same blocks:
+     * the ratio is what the load adds to the read); the plain write's file
+     * is read cold too, for comparison. */
+    double save[BENCH_MAX_ROUNDS], write_t[BENCH_MAX_ROUNDS];
+    double load[BENCH_MAX_ROUNDS], read_t[BENCH_MAX_ROUNDS];
+    double file_t[BENCH_MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) {
+        int64_t step = r + 1;
+        int plain_first = r % 2 == 0;
+        char *path = plain_path[r % 2], *old = r ? plain_path[(r + 1) % 2] : NULL;
+        snprintf(path, sizeof plain_path[0], "%s/bench-plain-%d.bin", dir, r + 1);
+        const char *plain_file[1] = {path};
+        ckpt_files f;
+        ckpt_files_of(&f, store_dir, step);
+        if (plain_first) {
+            write_t[r] = plain_write(path, old, buf, state_bytes);
+            save[r] = timed_save(s, &st, step);
+            file_t[r] = plain_read(plain_file, 1, buf, cap);
+            read_t[r] = plain_read(f.p, 3, buf, cap);
+            load[r] = timed_load(s, &f, &ld, step);
+        } else {
+            save[r] = timed_save(s, &st, step);
+            write_t[r] = plain_write(path, old, buf, state_bytes);
+            load[r] = timed_load(s, &f, &ld, step);
+            read_t[r] = plain_read(f.p, 3, buf, cap);
+            file_t[r] = plain_read(plain_file, 1, buf, cap);
+        }
+        printf("round %d (%s first): save %5.2f s, plain write+fsync %5.2f s, ratio %.2f | load "
+               "%5.2f s, plain read %5.2f s, ratio %.2f | plain write's file read %5.2f s\n", r + 1,
+               plain_first ? "plain" : "ours", save[r], write_t[r], write_t[r] / save[r],
+               load[r], read_t[r], read_t[r] / load[r], file_t[r]);
+        fflush(stdout);
+    }
+    double t_save =
+        bench_ratio_summary("sync save", save, "plain write+fsync", write_t, rounds, gb);
+    double t_load =
+        bench_ratio_summary("load (cold)", load, "plain read (cold)", read_t, rounds, gb);
+    double file_med = bench_median(file_t, rounds);
+    printf("the plain write's file, read cold: min %.2f s, median %.2f s (%.2f GB/s)\n", file_t[0],
+           file_med, gb / file_med);
 
     /* save_async's blocking time vs a memcpy of the state (into touched memory). */
     char *copy = malloc(state_bytes);
+    if (!copy)
+        die("malloc");
     memset(copy, 2, state_bytes);
-    t = bench_now();
+    double t = bench_now();
     memcpy(copy, buf, state_bytes);
     double t_memcpy = bench_now() - t;
     double t_async = 0;
-    for (int i = 2; i <= 3; i++) { /* the first allocates the staging buffer */
-        st.step = i;
+    for (int i = 1; i <= 2; i++) { /* the first allocates the staging buffer */
+        st.step = rounds + i;
         t = bench_now();
         if (llmt_ckpt_save_async(s, &st, LLMT_CKPT_DURABLE))
             die("save_async");
@@ -140,34 +253,29 @@ int main(int argc, char **argv)
     llmt_ckpt_store_free(s);
 
     /* Resume: open, latest (verifying every byte), load, from a cold cache. */
-    snprintf(files[0], sizeof files[0], "%s/step-00000003/model.safetensors", store_dir);
-    snprintf(files[1], sizeof files[1], "%s/step-00000003/optimizer.safetensors", store_dir);
-    for (int i = 0; i < 2; i++)
-        drop_cache(files[i]);
+    ckpt_files last;
+    ckpt_files_of(&last, store_dir, rounds + 2);
+    for (int i = 0; i < 3; i++)
+        drop_cache(last.path[i]);
     t = bench_now();
     int64_t step;
     int32_t tier;
-    if (llmt_ckpt_store_open(&s, ctx, store_dir, &sc) || llmt_ckpt_latest(s, &step, &tier, NULL, 0) ||
+    if (llmt_ckpt_store_open(&s, ctx, store_dir, &sc) ||
+        llmt_ckpt_latest(s, &step, &tier, NULL, 0) ||
         llmt_ckpt_load(s, step, tier, &ld, NULL, 0, NULL))
         die("resume");
     double t_resume = bench_now() - t;
 
-    double gb = (double)state_bytes / 1e9;
-    printf("state: %.0fM parameters, %.2f GB (fp32 weights + AdamW moments)\n", params / 1e6, gb);
-    printf("sync save     %6.2f s  %6.2f GB/s   plain write+fsync %6.2f GB/s   ratio %.2f\n", t_save,
-           gb / t_save, gb / t_plain_w, t_plain_w / t_save);
-    printf("load (cold)   %6.2f s  %6.2f GB/s   plain read (cold) %6.2f GB/s   ratio %.2f\n", t_load,
-           gb / t_load, gb / t_plain_r, t_plain_r / t_load);
     printf("save_async blocks %.3f s, memcpy of the state %.3f s: %.2f x memcpy\n", t_async,
            t_memcpy, t_async / t_memcpy);
     printf("resume (open + latest with verification + load, cold) %.2f s\n", t_resume);
     /* LLaMA-7B: 6.74e9 parameters; bf16 weights 2 + fp32 master 4 + moments 8 = 14 B each. */
     double big = 6.738e9 * 14 / 1e9;
-    printf("LLaMA-7B full state (bf16 weights, fp32 master and moments) %.0f GB at these rates: "
-           "save %.0f s, load %.0f s, save_async blocks %.0f s (at memcpy speed)\n",
+    printf("LLaMA-7B full state (bf16 weights, fp32 master and moments) %.0f GB at the median "
+           "rates: save %.0f s, load %.0f s, save_async blocks %.0f s (at memcpy speed)\n",
            big, big / (gb / t_save), big / (gb / t_load), big / (gb / t_memcpy));
     llmt_ckpt_store_free(s);
-    unlink(plain_path);
+    unlink(plain_path[(rounds - 1) % 2]);
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", store_dir);
     if (system(cmd) != 0)
