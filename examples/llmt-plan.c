@@ -4,16 +4,22 @@
  *   llmt-plan --preset llama-7b [--seq 2048] [--micro-batch 1]
  *   llmt-plan --config run.yaml [--budget 24GiB] [--precision bf16_mixed]
  *   llmt-plan --preset llama-13b --world 8 [--rank 3]
+ *   llmt-plan --preset llama-7b --backend cuda --offload optimizer [--offload-layers 16]
  *   llmt-plan --help | --version
  *
  * The plan is for a backend (--backend cpu by default), whose ops keep
  * different attention state and scratch; it is arithmetic, so no context is
  * made and no device is opened (a CUDA plan needs the CUDA plugin, not a
  * GPU). With --world N the bytes are one rank's of a data-parallel run with
- * the ZeRO-1 sharded optimizer (the largest rank, or --rank). Exit status:
+ * the ZeRO-1 sharded optimizer (the largest rank, or --rank). With --offload
+ * optimizer the AdamW state (of the first --offload-layers) is planned in
+ * host memory: the peak column is device bytes, the host column host bytes
+ * (llmt_plan's host_peak). Exit status:
  * 0, 1 when planning fails or nothing fits --budget, 2 for a usage error. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <llmt/llmt.h>
@@ -52,10 +58,12 @@ static void usage(FILE *f)
             "usage: " PROG " (--preset NAME | --config FILE) [--seq N] [--micro-batch N]\n"
             "                 [--threads N] [--backend cpu|cuda] [--precision NAME]\n"
             "                 [--budget BYTES] [--world N [--rank R]]\n"
+            "                 [--offload none|optimizer [--offload-layers all|K]]\n"
             "       " PROG " --help | --version\n"
             "Prints the bytes a training step needs per memory category, for every\n"
             "precision and recompute policy, without allocating anything or opening a\n"
-            "device (a cuda plan needs the CUDA plugin, not a GPU).\n"
+            "device (a cuda plan needs the CUDA plugin, not a GPU): peak is the device's\n"
+            "(every category at once), host the offloaded state's in host memory.\n"
             "  --preset NAME      llama-7b, llama-13b, 134m or small (--seq sets max_seq_len)\n"
             "  --config FILE      a training configuration (docs/config.md)\n"
             "  --seq N            tokens per sequence (default 2048, or the config's)\n"
@@ -72,6 +80,12 @@ static void usage(FILE *f)
             "                     the ZeRO-1 sharded optimizer: bytes and --budget per rank,\n"
             "                     for the rank with the largest peak\n"
             "  --rank R           with --world: plan rank R (0..N-1) instead\n"
+            "  --offload PART     none (default, or the config's optimizer.offload) or\n"
+            "                     optimizer: AdamW's moments and master weights in host\n"
+            "                     memory; with --budget, offload joins the fit's ladder\n"
+            "                     after recompute, before the micro-batch halves\n"
+            "  --offload-layers L with --offload optimizer: all (default) or K, 0..layers:\n"
+            "                     the state of the embedding and layers 0..K-1 only\n"
             "Exit status: 0; 1 when planning fails or nothing fits the budget; 2 for a\n"
             "usage error.\n");
 }
@@ -122,8 +136,8 @@ static int find_name(const char *const *names, size_t n, const char *name)
  * [first, last]; returns 0 or 1 after printing the library's error. */
 static int print_table(int32_t backend, int32_t threads, llmt_plan_config pc, int first, int last)
 {
-    printf("%-11s %-18s %9s %9s %9s %11s %9s %9s   (GiB)\n", "precision", "recompute", "params",
-           "grads", "optimizer", "activations", "workspace", "peak");
+    printf("%-11s %-18s %9s %9s %9s %11s %9s %9s %9s   (GiB)\n", "precision", "recompute",
+           "params", "grads", "optimizer", "activations", "workspace", "peak", "host");
     for (int prec = first; prec <= last; prec++)
         for (size_t k = 0; k < sizeof policies / sizeof policies[0]; k++) {
             pc.model.precision = prec;
@@ -133,11 +147,11 @@ static int print_table(int32_t backend, int32_t threads, llmt_plan_config pc, in
                 fprintf(stderr, PROG ": %s\n", llmt_error_last());
                 return 1;
             }
-            printf("%-11s %-18s %9.2f %9.2f %9.2f %11.2f %9.2f %9.2f\n", precision_names[prec],
-                   llmt_recompute_policy_name(policies[k]), gib(p.bytes[LLMT_MEM_PARAMS]),
-                   gib(p.bytes[LLMT_MEM_GRADS]), gib(p.bytes[LLMT_MEM_OPTIMIZER]),
-                   gib(p.bytes[LLMT_MEM_ACTIVATIONS]), gib(p.bytes[LLMT_MEM_WORKSPACE]),
-                   gib(p.peak));
+            printf("%-11s %-18s %9.2f %9.2f %9.2f %11.2f %9.2f %9.2f %9.2f\n",
+                   precision_names[prec], llmt_recompute_policy_name(policies[k]),
+                   gib(p.bytes[LLMT_MEM_PARAMS]), gib(p.bytes[LLMT_MEM_GRADS]),
+                   gib(p.bytes[LLMT_MEM_OPTIMIZER]), gib(p.bytes[LLMT_MEM_ACTIVATIONS]),
+                   gib(p.bytes[LLMT_MEM_WORKSPACE]), gib(p.peak), gib(p.host_peak));
             if (prec == first && k == 0)
                 printf("%-30s (%lld parameters)\n", "", (long long)p.num_params);
         }
@@ -161,34 +175,89 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
     return 0;
 }
 
+/* Prints ", the optimizer's state offloaded" for layers (llmt_plan_config's
+ * offload_layers with LLMT_OFFLOAD_OPTIMIZER). */
+static void print_offload(int32_t layers)
+{
+    if (layers == LLMT_OFFLOAD_ALL_LAYERS)
+        printf(", all of the optimizer's state offloaded");
+    else if (layers == 0)
+        printf(", none of the optimizer's state offloaded (--offload-layers 0)");
+    else
+        printf(", the optimizer's state of the embedding and layers 0-%d offloaded", layers - 1);
+}
+
+/* Parses --offload-layers: "all" or a decimal count 0..layers; 0 on
+ * success, else prints why and returns 2. */
+static int parse_offload_layers(const char *text, int32_t layers, int32_t *out)
+{
+    if (!strcmp(text, "all")) {
+        *out = LLMT_OFFLOAD_ALL_LAYERS;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long k = text[0] >= '0' && text[0] <= '9' ? strtoll(text, &end, 10) : -1;
+    if (k < 0 || errno || *end || k > layers) {
+        char why[96];
+        snprintf(why, sizeof why, "not all or a layer count 0..%d (the model's layers)", layers);
+        return bad_value("--offload-layers", text, why);
+    }
+    *out = (int32_t)k;
+    return 0;
+}
+
 /* Fits the budget for each precision of [first, last] in turn, printing a
  * line for each, until one fits; returns 0 when one does, 1 when none does
- * or planning fails. */
+ * or planning fails. With pc.offload_parts set, the fit places the offload
+ * (llmt_plan_fit_offload) unless fixed_layers pins pc.offload_layers. */
 static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint64_t budget,
-                     int first, int last)
+                     int first, int last, int fixed_layers)
 {
     const char *per = pc.world_size ? " per rank" : "";
     pc.recompute = LLMT_RECOMPUTE_NONE;
     for (int prec = first; prec <= last; prec++) {
         pc.model.precision = prec;
-        int32_t b = 0, r = 0;
-        int rc = llmt_plan_fit_backend(backend, threads, &pc, budget, &b, &r);
+        int32_t b = 0, r = 0, k = pc.offload_parts ? pc.offload_layers : 0;
+        int rc = fixed_layers
+                     ? llmt_plan_fit_backend(backend, threads, &pc, budget, &b, &r)
+                     : llmt_plan_fit_offload_backend(backend, threads, &pc, budget, &b, &r, &k);
         if (rc == LLMT_OK) {
-            printf("budget %.2f GiB%s: %s, micro-batch %d with recompute %s fits\n", gib(budget),
-                   per, precision_names[prec], b, llmt_recompute_policy_name(r));
+            printf("budget %.2f GiB%s: %s, micro-batch %d with recompute %s", gib(budget), per,
+                   precision_names[prec], b, llmt_recompute_policy_name(r));
+            if (k != 0) {
+                llmt_plan_config chosen = pc;
+                llmt_plan p = LLMT_PLAN_INIT;
+                chosen.micro_batch = b, chosen.recompute = r, chosen.offload_layers = k;
+                chosen.model.precision = prec;
+                if (llmt_plan_compute_backend(backend, threads, &chosen, &p)) {
+                    fprintf(stderr, PROG ": %s\n", llmt_error_last());
+                    return 1;
+                }
+                print_offload(k);
+                printf(" (host %.2f GiB)", gib(p.host_peak));
+            }
+            printf(" fits\n");
             return 0;
         }
-        /* Nothing fits: the smallest plan, micro-batch 1 with full recompute. */
+        /* Nothing fits: the smallest plan, micro-batch 1 with full recompute
+         * (and everything offloaded, if offload may be used). */
         llmt_plan_config smallest = pc;
         smallest.micro_batch = 1;
         smallest.recompute = LLMT_RECOMPUTE_FULL;
+        smallest.offload_layers = fixed_layers ? pc.offload_layers : LLMT_OFFLOAD_ALL_LAYERS;
         llmt_plan p = LLMT_PLAN_INIT;
         if (rc != LLMT_ENOMEM || llmt_plan_compute_backend(backend, threads, &smallest, &p)) {
             fprintf(stderr, PROG ": %s\n", llmt_error_last());
             return 1;
         }
-        printf("budget %.2f GiB%s: %s does not fit: micro-batch 1 with full recompute needs "
-               "%.2f GiB\n", gib(budget), per, precision_names[prec], gib(p.peak));
+        printf("budget %.2f GiB%s: %s does not fit: micro-batch 1 with full recompute%s needs "
+               "%.2f GiB\n", gib(budget), per, precision_names[prec],
+               !pc.offload_parts ? ""
+               : smallest.offload_layers == LLMT_OFFLOAD_ALL_LAYERS
+                   ? " and all of the optimizer offloaded"
+                   : " and the given offload",
+               gib(p.peak));
     }
     printf("budget %.2f GiB%s: nothing fits\n", gib(budget), per);
     return 1;
@@ -198,6 +267,7 @@ int main(int argc, char **argv)
 {
     const char *preset_name = NULL, *config_path = NULL, *backend_name = "cpu";
     const char *precision_name = NULL, *budget_text = NULL;
+    const char *offload_name = NULL, *offload_layers_text = NULL;
     int64_t seq = 2048, micro = 1, threads = 1, world = 0, rank = -1;
     cli_option opts[] = {
         CLI_OPT_STRING("--preset", &preset_name),
@@ -210,6 +280,8 @@ int main(int argc, char **argv)
         CLI_OPT_STRING("--budget", &budget_text),
         CLI_OPT_INT64("--world", &world, 1, LLMT_PLAN_MAX_WORLD),
         CLI_OPT_INT64("--rank", &rank, 0, LLMT_PLAN_MAX_WORLD - 1),
+        CLI_OPT_STRING("--offload", &offload_name),
+        CLI_OPT_STRING("--offload-layers", &offload_layers_text),
     };
     static const char *const exclusive[][2] = {{"--preset", "--config"}};
     cli_spec spec = {PROG, usage, opts, sizeof opts / sizeof *opts, exclusive, 1, 0};
@@ -238,6 +310,11 @@ int main(int argc, char **argv)
     uint64_t budget = 0;
     if (budget_text && parse_budget(budget_text, &budget))
         return 2;
+    static const char *const offload_names[] = {"none", "optimizer"}; /* llmt_offload_part */
+    int offload = offload_name ? find_name(offload_names, 2, offload_name) : -1;
+    if (offload_name && offload < 0)
+        return bad_value("--offload", offload_name,
+                         "not an offload (none or optimizer; gradient offload is not built yet)");
     if (rank >= 0 && (world == 0 || rank >= world)) {
         char value[24], why[64];
         snprintf(value, sizeof value, "%lld", (long long)rank);
@@ -271,6 +348,8 @@ int main(int argc, char **argv)
          * slicer's gradient sum, counted without --world). */
         pc.batch_size = cfg.batch_size > micro ? cfg.batch_size : (int32_t)micro;
         pc.ordered_accumulation = cfg.accumulation == LLMT_ACCUMULATE_ORDERED;
+        pc.offload_parts = cfg.optimizer.offload_parts;
+        pc.offload_layers = cfg.optimizer.offload_layers;
     } else {
         const char *names[NUM_PRESETS];
         for (size_t i = 0; i < NUM_PRESETS; i++)
@@ -286,6 +365,15 @@ int main(int argc, char **argv)
         pc.model.rms_norm_eps = 1e-6f;
         pc.model.max_seq_len = (int32_t)seq;
     }
+    if (offload >= 0) {
+        pc.offload_parts = offload == 1 ? LLMT_OFFLOAD_OPTIMIZER : LLMT_OFFLOAD_NONE;
+        pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    }
+    if (offload_layers_text && pc.offload_parts == LLMT_OFFLOAD_NONE)
+        return bad_value("--offload-layers", offload_layers_text, "needs --offload optimizer");
+    if (offload_layers_text &&
+        parse_offload_layers(offload_layers_text, pc.model.num_layers, &pc.offload_layers))
+        return 2;
     pc.micro_batch = (int32_t)micro;
     pc.seq_len = (int32_t)seq;
     pc.world_size = (int32_t)world;
@@ -293,12 +381,20 @@ int main(int argc, char **argv)
 
     const llmt_model_config *m = &pc.model;
     printf("model: vocab %d, hidden %d, layers %d, heads %d/%d kv, ffn %d; micro-batch %d x seq "
-           "%d; %s backend, %d thread(s); AdamW state included\n",
+           "%d; %s backend, %d thread(s); AdamW state included",
            m->vocab_size, m->hidden_size, m->num_layers, m->num_heads, m->num_kv_heads,
            m->ffn_size, pc.micro_batch, pc.seq_len, backend_name, (int)threads);
+    if (pc.offload_parts != LLMT_OFFLOAD_NONE)
+        print_offload(pc.offload_layers);
+    printf("\n");
     if (world && print_world(backend, (int32_t)threads, &pc))
         return 1;
     if (print_table(backend, (int32_t)threads, pc, first, last))
         return 1;
-    return budget ? print_fit(backend, (int32_t)threads, pc, budget, first, last) : 0;
+    /* A placement given (--offload-layers, or the config's offload_layers
+     * when the command line does not override the config) stays as it is
+     * in the fit; --offload optimizer alone lets the fit choose. */
+    int fixed = offload_layers_text != NULL ||
+                (offload < 0 && pc.offload_parts && pc.offload_layers != LLMT_OFFLOAD_ALL_LAYERS);
+    return budget ? print_fit(backend, (int32_t)threads, pc, budget, first, last, fixed) : 0;
 }

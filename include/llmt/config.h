@@ -20,7 +20,7 @@ extern "C" {
 /* Room for a path or glob in the configuration, terminating NUL included. */
 #define LLMT_CONFIG_PATH_MAX 1024
 
-#define LLMT_TRAIN_CONFIG_VERSION 2
+#define LLMT_TRAIN_CONFIG_VERSION 3
 
 typedef struct llmt_train_config {
     uint32_t version; /* LLMT_TRAIN_CONFIG_VERSION */

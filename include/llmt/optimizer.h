@@ -36,10 +36,19 @@ typedef enum llmt_schedule {
     LLMT_SCHEDULE_LINEAR = 2    /* linear from lr to min_lr at total_steps */
 } llmt_schedule;
 
-#define LLMT_OPTIMIZER_CONFIG_VERSION 1
+/* Parts of the training state that may live in host memory (bits). */
+typedef enum llmt_offload_part {
+    LLMT_OFFLOAD_NONE = 0,     /* everything on the device */
+    LLMT_OFFLOAD_OPTIMIZER = 1 /* moments and master weights; AdamW runs on the host */
+} llmt_offload_part;
+
+/* offload_layers: the whole flat parameter buffer. */
+#define LLMT_OFFLOAD_ALL_LAYERS (-1)
+
+#define LLMT_OPTIMIZER_CONFIG_VERSION 2
 
 typedef struct llmt_optimizer_config {
-    uint32_t version;     /* LLMT_OPTIMIZER_CONFIG_VERSION */
+    uint32_t version;     /* LLMT_OPTIMIZER_CONFIG_VERSION (1 is still accepted) */
     double lr;            /* peak learning rate: 3e-4 */
     double beta1;         /* 0.9 */
     double beta2;         /* 0.95 */
@@ -51,18 +60,25 @@ typedef struct llmt_optimizer_config {
     int64_t warmup_steps; /* 0 */
     int64_t total_steps;  /* where cosine/linear reach min_lr: 0 */
     double min_lr;        /* floor of the decay: 0 */
+    /* Version 2: where the state is allocated at creation (see
+     * llmt_optimizer_set_offload); not saved in checkpoints. */
+    int32_t offload_parts;  /* llmt_offload_part bits: LLMT_OFFLOAD_NONE */
+    int32_t offload_layers; /* LLMT_OFFLOAD_ALL_LAYERS or 0..num_layers: ALL */
 } llmt_optimizer_config;
 
-#define LLMT_OPTIMIZER_CONFIG_INIT \
-    {LLMT_OPTIMIZER_CONFIG_VERSION, 3e-4, 0.9, 0.95, 1e-8, 0.1, 0, 1.0, LLMT_SCHEDULE_CONSTANT, 0, 0, 0.0}
+#define LLMT_OPTIMIZER_CONFIG_INIT                                                              \
+    {LLMT_OPTIMIZER_CONFIG_VERSION, 3e-4, 0.9, 0.95, 1e-8, 0.1, 0, 1.0, LLMT_SCHEDULE_CONSTANT, 0, \
+     0, 0.0, LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_ALL_LAYERS}
 
 /* Fills cfg with the defaults of LLMT_OPTIMIZER_CONFIG_INIT. */
 LLMT_API void llmt_optimizer_config_init(llmt_optimizer_config *cfg);
 
 /* Creates an AdamW optimizer for model, allocating its moments (and master
  * weights, copied from the model, in the mixed modes) in the OPTIMIZER
- * category. The model must outlive the optimizer. Errors: LLMT_EINVAL naming
- * the field, LLMT_EVERSION, LLMT_ENOMEM. */
+ * category, or where cfg->offload_parts/offload_layers place them in
+ * HOST_STATE (nothing is allocated on the device first). The model must
+ * outlive the optimizer. Errors: LLMT_EINVAL naming the field, LLMT_EVERSION,
+ * LLMT_ENOMEM. */
 LLMT_API int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model,
                                    const llmt_optimizer_config *cfg);
 
@@ -102,6 +118,26 @@ LLMT_API int llmt_optimizer_shard(const llmt_optimizer *opt, int64_t *first, int
 /* Releases an optimizer; NULL is accepted. */
 LLMT_API void llmt_optimizer_free(llmt_optimizer *opt);
 
+/* Moves the state (moments, master weights) of the flat prefix chosen by
+ * layers to host memory (LLMT_MEM_HOST_STATE) and the rest to the device
+ * (LLMT_MEM_OPTIMIZER); the host part is updated by the CPU backend's AdamW
+ * with the same arithmetic, so results are bitwise those without offload.
+ * parts: LLMT_OFFLOAD_NONE or LLMT_OFFLOAD_OPTIMIZER (gradient offload is not
+ * built yet). layers: LLMT_OFFLOAD_ALL_LAYERS for the whole buffer, or k in
+ * 0..num_layers for every parameter stored before layer k's first one (the
+ * embedding and layers 0..k-1; 0: nothing); ignored with NONE. Callable
+ * between steps; the new buffers are allocated and filled before the old
+ * ones are freed, so on any failure (LLMT_ENOMEM naming the budget or host
+ * budget) the placement and state are as they were. Errors: LLMT_EINVAL
+ * naming the argument, LLMT_ENOMEM, LLMT_EUNSUPPORTED for a sharded
+ * optimizer (not built in this stage). */
+LLMT_API int llmt_optimizer_set_offload(llmt_optimizer *opt, int32_t parts, int32_t layers);
+
+/* The placement set by the config or llmt_optimizer_set_offload: *layers is
+ * 0 when *parts is LLMT_OFFLOAD_NONE. */
+LLMT_API int llmt_optimizer_get_offload(const llmt_optimizer *opt, int32_t *parts,
+                                        int32_t *layers);
+
 /* Run-time settings, each validated and bounded. */
 typedef enum llmt_opt_param {
     LLMT_OPT_LR = 0,           /* (0, 10] */
@@ -123,7 +159,11 @@ LLMT_API int llmt_optimizer_set(llmt_optimizer *opt, int param, double value);
 /* Reads a setting. */
 LLMT_API int llmt_optimizer_get(const llmt_optimizer *opt, int param, double *value);
 
-/* Copies the current configuration (with every change made by _set). */
+/* Copies the current configuration (with every change made by _set, and
+ * the current offload placement) into *out, whose version the caller sets:
+ * LLMT_OPTIMIZER_CONFIG_VERSION, or 1 for a version 1 struct (only its
+ * fields are written). Errors: LLMT_EINVAL, LLMT_EVERSION for another
+ * version. */
 LLMT_API int llmt_optimizer_get_config(const llmt_optimizer *opt, llmt_optimizer_config *out);
 
 /* The learning rate the next step will use. */

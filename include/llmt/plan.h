@@ -8,15 +8,17 @@
 #include "llmt/common.h"
 #include "llmt/context.h"
 #include "llmt/model.h"
+#include "llmt/optimizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Version 2 appended the data-parallel fields (world_size ... ordered_accumulation);
- * version 1 structs, which end before them, are still accepted (only their
- * bytes are read) and plan a single process. */
-#define LLMT_PLAN_CONFIG_VERSION 2
+/* Version 2 appended the data-parallel fields (world_size ... ordered_accumulation),
+ * version 3 the offload fields; older structs, which end before them, are
+ * still accepted (only their bytes are read) and plan a single process
+ * without offload. */
+#define LLMT_PLAN_CONFIG_VERSION 3
 
 /* The most ranks a plan takes (llmt-plan --world's bound). */
 #define LLMT_PLAN_MAX_WORLD 65536
@@ -38,36 +40,50 @@ typedef struct llmt_plan_config {
     int32_t ordered_accumulation; /* 1: a slicer in LLMT_ACCUMULATE_ORDERED (one more
                                      gradient buffer when batch_size > micro_batch); counted
                                      only with world_size 0 */
+    /* version 3: the optimizer's placement (llmt_optimizer_set_offload); needs
+       with_optimizer = 1 and world_size 0 unless offload_parts is NONE */
+    int32_t offload_parts;     /* llmt_offload_part: LLMT_OFFLOAD_NONE (default) */
+    int32_t offload_layers;    /* LLMT_OFFLOAD_ALL_LAYERS (default) or 0..num_layers */
 } llmt_plan_config;
 
-#define LLMT_PLAN_CONFIG_INIT \
-    {LLMT_PLAN_CONFIG_VERSION, LLMT_MODEL_CONFIG_INIT, 0, 0, 1, 256, 1, 0, -1, 0, 0}
+#define LLMT_PLAN_CONFIG_INIT                                                            \
+    {LLMT_PLAN_CONFIG_VERSION, LLMT_MODEL_CONFIG_INIT, 0, 0, 1, 256, 1, 0, -1, 0, 0,    \
+     LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_ALL_LAYERS}
 
 /* Fills cfg with the defaults of LLMT_PLAN_CONFIG_INIT. */
 LLMT_API void llmt_plan_config_init(llmt_plan_config *cfg);
 
-/* Version 2 appended rank, shard_first and shard_end; a version 1 out gets
- * only the fields it has. */
-#define LLMT_PLAN_VERSION 2
+/* Version 2 appended rank, shard_first and shard_end, version 3 host_peak;
+ * an older out gets only the fields it has. */
+#define LLMT_PLAN_VERSION 3
 
 typedef struct llmt_plan {
     uint32_t version;                        /* set by the caller: LLMT_PLAN_VERSION */
     uint64_t bytes[LLMT_MEM_CATEGORY_SLOTS]; /* per llmt_mem_category (per rank) */
-    uint64_t peak;                           /* all categories at once */
+    uint64_t peak;                           /* all device-side categories at once
+                                                (every one but host_state) */
     int64_t num_params;
     /* version 2: */
     int32_t rank;                            /* the rank planned; -1 without world_size */
     int64_t shard_first, shard_end;          /* its optimizer's range of the flat
                                                 parameters ([0, num_params) unsharded) */
+    /* version 3: */
+    uint64_t host_peak;                      /* bytes[LLMT_MEM_HOST_STATE]: the offloaded
+                                                state and its staging, all held at once */
 } llmt_plan;
 
-#define LLMT_PLAN_INIT {LLMT_PLAN_VERSION, {0}, 0, 0, -1, 0, 0}
+#define LLMT_PLAN_INIT {LLMT_PLAN_VERSION, {0}, 0, 0, -1, 0, 0, 0}
 
 /* Plans cfg for the backend and thread count of ctx. With cfg->world_size
  * N >= 1 the plan is one rank's: the model as without, plus the sharded
  * optimizer's moments and master weights for the rank's range, its
- * gradient sum (GRADIENTS) and exchange buffer (WORKSPACE). Errors:
- * LLMT_EINVAL naming the field, LLMT_EVERSION. */
+ * gradient sum (GRADIENTS) and exchange buffer (WORKSPACE). With
+ * cfg->offload_parts = LLMT_OFFLOAD_OPTIMIZER the state of the prefix chosen
+ * by cfg->offload_layers is in HOST_STATE (with, on a backend whose memory
+ * the host cannot read, two transfer staging buffers) and only the rest in
+ * OPTIMIZER; out->host_peak is the HOST_STATE bytes. Errors: LLMT_EINVAL
+ * naming the field, LLMT_EVERSION, LLMT_EUNSUPPORTED for offload with
+ * world_size (a sharded optimizer does not offload in this stage). */
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,
                                llmt_plan *out);
 
@@ -98,6 +114,28 @@ LLMT_API int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg,
 LLMT_API int llmt_plan_fit_backend(int32_t backend, int32_t num_threads,
                                    const llmt_plan_config *cfg, uint64_t budget,
                                    int32_t *micro_batch, int32_t *recompute);
+
+/* llmt_plan_fit with optimizer offload on its ladder when cfg->offload_parts
+ * is LLMT_OFFLOAD_OPTIMIZER (with LLMT_OFFLOAD_NONE it is llmt_plan_fit and
+ * *offload_layers is 0). At each micro-batch (cfg->micro_batch, then halving)
+ * the lightest fitting rung of: the recompute ladder without offload, then
+ * full recompute with the optimizer state of layers [0, k) offloaded for
+ * k = 1, 2, ..., num_layers, then LLMT_OFFLOAD_ALL_LAYERS (everything). Writes
+ * the micro-batch, the recompute policy and the layers to offload (0 for
+ * none; pass it to llmt_optimizer_set_offload with LLMT_OFFLOAD_OPTIMIZER).
+ * cfg->offload_layers is not read. The budget is device bytes (the plan's
+ * peak); host bytes are not limited. Errors as llmt_plan_fit, and LLMT_ENOMEM
+ * giving the smallest plan (micro-batch 1, full recompute, all offloaded). */
+LLMT_API int llmt_plan_fit_offload(const llmt_context *ctx, const llmt_plan_config *cfg,
+                                   uint64_t budget, int32_t *micro_batch, int32_t *recompute,
+                                   int32_t *offload_layers);
+
+/* llmt_plan_fit_offload for a backend and thread count, without a context
+ * (as llmt_plan_compute_backend, with its errors). */
+LLMT_API int llmt_plan_fit_offload_backend(int32_t backend, int32_t num_threads,
+                                           const llmt_plan_config *cfg, uint64_t budget,
+                                           int32_t *micro_batch, int32_t *recompute,
+                                           int32_t *offload_layers);
 
 #ifdef __cplusplus
 }

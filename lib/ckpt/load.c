@@ -163,6 +163,23 @@ static void wants_for(const llmt_model *m, char *base, int dtype, const char *su
     }
 }
 
+/* wants_for of optimizer state section sec, each tensor read to where o
+ * keeps it (its host or device segment: no tensor straddles the split). */
+static void opt_wants(const llmt_optimizer *o, int sec, const char *suffix, char *names, want *w)
+{
+    const llmt_model *m = o->model;
+    int dt = sec == 2 ? LLMT_DTYPE_F32 : o->state_dt;
+    for (int32_t i = 0; i < m->n_params; i++) {
+        const llmt_param *p = &m->params[i];
+        char *name = names + (size_t)i * 128;
+        snprintf(name, 128, "%s%s", p->name, suffix);
+        int64_t at = 0;
+        char *base = llmt_offload_state_base(o, sec, p->offset, &at);
+        w[i] = (want){name, dt, p->ndim, {p->shape[0], p->shape[1]},
+                      base + (size_t)at * llmt_dtype_size(dt), 0, 0};
+    }
+}
+
 /* Refuses objects that do not match what the checkpoint holds. */
 static int check_match(const llmt_manifest *mf, const llmt_train_state *st)
 {
@@ -191,7 +208,7 @@ int llmt_ckpt_load_tensors(const char *dir, const llmt_manifest *mf, const llmt_
 {
     llmt_model *m = st->model;
     llmt_optimizer *o = st->optimizer;
-    int sections = o ? (o->master.ptr ? 3 : 2) : 0;
+    int sections = o ? (o->has_master ? 3 : 2) : 0;
     size_t n = (size_t)m->n_params;
     want *w = malloc(n * (size_t)(sections > 1 ? sections : 1) * sizeof *w);
     char *names = malloc(n * (size_t)(sections > 1 ? sections : 1) * 128);
@@ -208,10 +225,8 @@ int llmt_ckpt_load_tensors(const char *dir, const llmt_manifest *mf, const llmt_
         rc = llmt_ckpt_shard_read(dir, mf, o);
     else if (!rc && o) {
         static const char *const suffix[3] = {".exp_avg", ".exp_avg_sq", ".master"};
-        char *bases[3] = {o->m.ptr, o->v.ptr, o->master.ptr};
-        int dts[3] = {o->state_dt, o->state_dt, LLMT_DTYPE_F32};
         for (int sec = 0; sec < sections; sec++)
-            wants_for(m, bases[sec], dts[sec], suffix[sec], names + (size_t)sec * n * 128, w + sec * n);
+            opt_wants(o, sec, suffix[sec], names + (size_t)sec * n * 128, w + sec * n);
         rc = ofile ? load_file(dir, ofile, m, w, n * (size_t)sections)
                    : llmt_fail(LLMT_ECORRUPT, "manifest: %s not listed", CKPT_OPTIMIZER_FILE);
     }

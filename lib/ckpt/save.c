@@ -33,9 +33,12 @@ static int fill_from_device(void *user, size_t ti, size_t off, void *dst, size_t
 }
 
 /* Fills the tensor table of one file: entry i is parameter i % n_params of
- * section i / n_params, whose bytes start at bases[section] + offset. */
+ * section i / n_params, whose bytes start at bases[section] + offset, or
+ * where the optimizer `placed` keeps them (its host or device segment) when
+ * not NULL. */
 static int build_tensors(const llmt_model *m, int sections, const char *const *bases,
-                         const int *dtypes, const char *const *suffixes, int host, char **names_at,
+                         const llmt_optimizer *placed, const int *dtypes,
+                         const char *const *suffixes, int host, char **names_at,
                          llmt_st_write_tensor *t, device_src *src)
 {
     for (int sec = 0; sec < sections; sec++)
@@ -49,7 +52,10 @@ static int build_tensors(const llmt_model *m, int sections, const char *const *b
             x->ndim = p->ndim;
             x->shape[0] = (uint64_t)p->shape[0];
             x->shape[1] = (uint64_t)p->shape[1];
-            const char *at = bases[sec] + (size_t)p->offset * llmt_dtype_size(dtypes[sec]);
+            int64_t at_elem = p->offset;
+            const char *base = placed ? llmt_offload_state_base(placed, sec, p->offset, &at_elem)
+                                      : bases[sec];
+            const char *at = base + (size_t)at_elem * llmt_dtype_size(dtypes[sec]);
             if (host) {
                 x->data = at;
             } else {
@@ -121,21 +127,27 @@ static int stage(llmt_ckpt_store *s, const llmt_train_state *st, const char **w,
 {
     const llmt_model *m = st->model;
     const llmt_optimizer *o = st->optimizer;
-    size_t parts[5] = {m->weights.bytes, o ? o->m.bytes : 0, o ? o->v.bytes : 0,
-                       o ? o->master.bytes : 0, st->user_blob_size};
-    size_t total = 0;
-    for (int i = 0; i < 5; i++)
+    /* Each state section is its host segment, then its device segment. */
+    const llmt_buf *host[4] = {NULL, o ? &o->hm : NULL, o ? &o->hv : NULL, o ? &o->hmaster : NULL};
+    const llmt_buf *dev[4] = {&m->weights, o ? &o->m : NULL, o ? &o->v : NULL,
+                              o ? &o->master : NULL};
+    size_t parts[5] = {0, 0, 0, 0, st->user_blob_size};
+    size_t total = parts[4];
+    for (int i = 0; i < 4; i++) {
+        parts[i] = (host[i] ? host[i]->bytes : 0) + (dev[i] ? dev[i]->bytes : 0);
         total += parts[i];
+    }
     if (s->staging.bytes != total) {
         llmt_buf_free(s->ctx, &s->staging);
         LLMT_TRY(llmt_buf_alloc(s->ctx, &s->staging, LLMT_MEM_STAGING, total, "checkpoint staging"));
     }
     char *at = s->staging.ptr;
-    const void *src[4] = {m->weights.ptr, o ? o->m.ptr : NULL, o ? o->v.ptr : NULL,
-                          o ? o->master.ptr : NULL};
     for (int i = 0; i < 4; i++) {
-        if (parts[i])
-            LLMT_TRY(m->ops->copy_to_host(m->dev, at, src[i], parts[i]));
+        size_t hb = host[i] ? host[i]->bytes : 0;
+        if (hb)
+            LLMT_TRY(m->ops->copy_to_host(m->dev, at, host[i]->ptr, hb));
+        if (dev[i] && dev[i]->bytes)
+            LLMT_TRY(m->ops->copy_to_host(m->dev, at + hb, dev[i]->ptr, dev[i]->bytes));
         if (i == 0)
             *w = at;
         else
@@ -155,7 +167,7 @@ int llmt_ckpt_snapshot(llmt_ckpt_store *s, const llmt_train_state *st, int tier,
     snap->tier = tier;
     const llmt_model *m = st->model;
     const llmt_optimizer *o = st->optimizer;
-    int sections = o ? (o->master.ptr ? 3 : 2) : 0;
+    int sections = o ? (o->has_master ? 3 : 2) : 0;
     size_t np = m->n_params > 0 ? (size_t)m->n_params : 0;
     size_t name_bytes = 0;
     for (int32_t i = 0; i < m->n_params; i++)
@@ -185,10 +197,13 @@ int llmt_ckpt_snapshot(llmt_ckpt_store *s, const llmt_train_state *st, int tier,
         char *names_at = snap->names;
         const int wdt[1] = {m->dt};
         const int odt[3] = {o ? o->state_dt : 0, o ? o->state_dt : 0, LLMT_DTYPE_F32};
-        build_tensors(m, 1, &w, wdt, NULL, host, &names_at, snap->model_tensors, msrc);
+        build_tensors(m, 1, &w, NULL, wdt, NULL, host, &names_at, snap->model_tensors, msrc);
         snap->n_model = np;
         if (sections) {
-            build_tensors(m, sections, opt, odt, state_suffix, host, &names_at, snap->opt_tensors, osrc);
+            /* Unstaged, each tensor is read where the optimizer keeps it:
+             * split is a parameter boundary, so no tensor straddles it. */
+            build_tensors(m, sections, opt, staging ? NULL : o, odt, state_suffix, host,
+                          &names_at, snap->opt_tensors, osrc);
             snap->n_opt = (size_t)sections * np;
         }
     }

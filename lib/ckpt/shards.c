@@ -65,6 +65,8 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
     llmt_st_write_tensor t[3];
     memset(t, 0, sizeof t);
     int n = sections_of(o);
+    /* Whole in m, v and master: a sharded optimizer is never offloaded, and
+     * an async save's staged copy holds both segments there (split = first). */
     for (int sec = 0; sec < n; sec++) {
         llmt_buf *b = section_buf((llmt_optimizer *)o, sec);
         t[sec].name = section_name[sec];
@@ -123,10 +125,10 @@ static int load_chunk(checked_file *f, uint64_t c)
     return LLMT_OK;
 }
 
-/* Bytes [offset, offset + bytes) of the file into dst (device memory of m;
- * NULL: only checked). */
+/* Bytes [offset, offset + bytes) of the file into dst (NULL: only checked):
+ * host memory when on_host, else the device memory of m. */
 static int read_checked(checked_file *f, const llmt_model *m, uint64_t offset, uint64_t bytes,
-                        char *dst)
+                        char *dst, int on_host)
 {
     if (offset + bytes > f->sh->file.bytes)
         return llmt_fail(LLMT_ECORRUPT, "file %s: bytes %" PRIu64 "..%" PRIu64 " lie past its "
@@ -135,7 +137,7 @@ static int read_checked(checked_file *f, const llmt_model *m, uint64_t offset, u
         uint64_t c = offset / f->chunk, in = offset - c * f->chunk;
         uint64_t take = f->chunk - in < bytes ? f->chunk - in : bytes;
         LLMT_TRY(load_chunk(f, c));
-        if (dst && m->ops->host_memory)
+        if (dst && on_host)
             memcpy(dst, f->buf + in, (size_t)take);
         else if (dst)
             LLMT_TRY(m->ops->copy_to_device(m->dev, dst, f->buf + in, (size_t)take));
@@ -195,6 +197,26 @@ static int shard_tensor(llmt_st_file *st, const checked_file *f, const llmt_opti
     return LLMT_OK;
 }
 
+/* Elements [a, b) of state section sec from the file bytes at offset
+ * (element a's), into the optimizer's host segment [first, split) and
+ * device segment [split, end) (an offloaded optimizer's; without offload
+ * split = first). */
+static int read_state(checked_file *f, llmt_optimizer *o, int sec, uint64_t offset, int64_t a,
+                      int64_t b)
+{
+    const llmt_model *m = o->model;
+    size_t es = llmt_dtype_size(section_dtype(o, sec));
+    while (a < b) {
+        int64_t idx = 0, end = a < o->split && o->split < b ? o->split : b;
+        char *base = llmt_offload_state_base(o, sec, a, &idx);
+        LLMT_TRY(read_checked(f, m, offset, (uint64_t)(end - a) * es, base + (size_t)idx * es,
+                              a < o->split || m->ops->host_memory));
+        offset += (uint64_t)(end - a) * es;
+        a = end;
+    }
+    return LLMT_OK;
+}
+
 /* Reads the part of shard sh that overlaps [o->first, o->end). */
 static int read_shard(const char *dir, const llmt_manifest_shard *sh, uint64_t chunk,
                       llmt_optimizer *o)
@@ -210,7 +232,7 @@ static int read_shard(const char *dir, const llmt_manifest_shard *sh, uint64_t c
     if (!rc && llmt_st_count(st))
         data_start = llmt_st_tensor_at(st, 0)->file_offset - llmt_st_tensor_at(st, 0)->begin;
     if (!rc)
-        rc = read_checked(&f, m, 0, data_start, NULL);
+        rc = read_checked(&f, m, 0, data_start, NULL, 1);
     int64_t a = sh->first > o->first ? sh->first : o->first;
     int64_t b = sh->end < o->end ? sh->end : o->end;
     for (int sec = 0; sec < sections_of(o) && !rc; sec++) {
@@ -218,9 +240,7 @@ static int read_shard(const char *dir, const llmt_manifest_shard *sh, uint64_t c
         size_t es = llmt_dtype_size(section_dtype(o, sec));
         rc = shard_tensor(st, &f, o, sec, &t);
         if (!rc && b > a)
-            rc = read_checked(&f, m, t->file_offset + (uint64_t)(a - sh->first) * es,
-                              (uint64_t)(b - a) * es,
-                              (char *)section_buf(o, sec)->ptr + (size_t)(a - o->first) * es);
+            rc = read_state(&f, o, sec, t->file_offset + (uint64_t)(a - sh->first) * es, a, b);
     }
     llmt_st_close(st);
     if (f.fd >= 0)
@@ -260,10 +280,13 @@ static int read_v1(const char *dir, llmt_optimizer *o)
                          (uint64_t)p->numel * es)
                 rc = llmt_fail(LLMT_EINVAL, "file %s: tensor \"%s\" has another dtype or size "
                                "than this optimizer's", CKPT_OPTIMIZER_FILE, name);
-            else
-                rc = llmt_st_read(st, idx, (size_t)(a - p->offset) * es,
-                                  (char *)section_buf(o, sec)->ptr + (size_t)(a - o->first) * es,
-                                  (size_t)(b - a) * es);
+            for (int64_t e = a; e < b && !rc;) { /* host memory, across the split */
+                int64_t at = 0, end = e < o->split && o->split < b ? o->split : b;
+                char *base = llmt_offload_state_base(o, sec, e, &at);
+                rc = llmt_st_read(st, idx, (size_t)(e - p->offset) * es, base + (size_t)at * es,
+                                  (size_t)(end - e) * es);
+                e = end;
+            }
         }
     }
     llmt_st_close(st);

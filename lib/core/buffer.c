@@ -31,37 +31,43 @@ int llmt_buf_alloc(llmt_context *ctx, llmt_buf *b, int category, size_t bytes, c
     if (bytes == 0)
         return LLMT_OK;
 
+    /* HOST_STATE has its own budget and stays out of the device-side totals. */
+    int host = category == LLMT_MEM_HOST_STATE;
     pthread_mutex_lock(&ctx->mem_lock);
-    if (ctx->budget && (bytes > ctx->budget || ctx->total_current > ctx->budget - bytes)) {
+    uint64_t limit = host ? ctx->host_budget : ctx->budget;
+    uint64_t used = host ? ctx->current[LLMT_MEM_HOST_STATE] : ctx->total_current;
+    if (limit && (bytes > limit || used > limit - bytes)) {
         char use[256];
         describe_use(ctx, use, sizeof use);
         int rc = llmt_fail(LLMT_ENOMEM,
-                           "allocation of %zu bytes for %s (%s) refused: budget %" PRIu64
+                           "allocation of %zu bytes for %s (%s) refused: %s %" PRIu64
                            " bytes, %" PRIu64 " in use (%s)",
-                           bytes, llmt_mem_category_name(category), what, ctx->budget,
-                           ctx->total_current, use);
+                           bytes, llmt_mem_category_name(category), what,
+                           host ? "host budget" : "budget", limit, used, use);
         pthread_mutex_unlock(&ctx->mem_lock);
         return rc;
     }
     /* Charge before allocating so a concurrent allocation sees the budget used. */
     ctx->current[category] += bytes;
-    ctx->total_current += bytes;
+    if (!host)
+        ctx->total_current += bytes;
     pthread_mutex_unlock(&ctx->mem_lock);
 
     void *ptr = NULL;
     const llmt_backend_ops *ops = llmt_ops(ctx);
-    int rc = category == LLMT_MEM_STAGING && ops->host_alloc
+    int rc = llmt_buf_is_host(category) && ops->host_alloc
                  ? ops->host_alloc(ctx->backend, bytes, &ptr)
                  : ops->mem_alloc(ctx->backend, bytes, &ptr);
 
     pthread_mutex_lock(&ctx->mem_lock);
     if (rc != LLMT_OK) {
         ctx->current[category] -= bytes;
-        ctx->total_current -= bytes;
+        if (!host)
+            ctx->total_current -= bytes;
     } else {
         if (ctx->current[category] > ctx->peak[category])
             ctx->peak[category] = ctx->current[category];
-        if (ctx->total_current > ctx->total_peak)
+        if (!host && ctx->total_current > ctx->total_peak)
             ctx->total_peak = ctx->total_current;
     }
     pthread_mutex_unlock(&ctx->mem_lock);
@@ -81,13 +87,14 @@ void llmt_buf_free(llmt_context *ctx, llmt_buf *b)
         return;
     }
     const llmt_backend_ops *ops = llmt_ops(ctx);
-    if (b->category == LLMT_MEM_STAGING && ops->host_free)
+    if (llmt_buf_is_host(b->category) && ops->host_free)
         ops->host_free(ctx->backend, b->ptr);
     else
         ops->mem_free(ctx->backend, b->ptr);
     pthread_mutex_lock(&ctx->mem_lock);
     ctx->current[b->category] -= b->bytes;
-    ctx->total_current -= b->bytes;
+    if (b->category != LLMT_MEM_HOST_STATE)
+        ctx->total_current -= b->bytes;
     pthread_mutex_unlock(&ctx->mem_lock);
     memset(b, 0, sizeof *b);
 }

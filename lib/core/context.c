@@ -1,6 +1,7 @@
 /* llmt_context: creation, accounting queries and the root random stream. */
 #include <dlfcn.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,15 +22,15 @@ void llmt_context_config_init(llmt_context_config *cfg)
 const char *llmt_mem_category_name(int category)
 {
     static const char *const names[LLMT_MEM_CATEGORY_COUNT] = {
-        "params", "grads", "optimizer", "activations", "workspace", "staging"};
+        "params", "grads", "optimizer", "activations", "workspace", "staging", "host_state"};
     return (category >= 0 && category < LLMT_MEM_CATEGORY_COUNT) ? names[category] : "?";
 }
 
 static int validate_config(const llmt_context_config *cfg)
 {
-    if (cfg->version != LLMT_CONTEXT_CONFIG_VERSION)
+    if (cfg->version != 1 && cfg->version != LLMT_CONTEXT_CONFIG_VERSION)
         return llmt_fail(LLMT_EVERSION,
-                         "llmt_context_create: cfg->version = %u, this library knows %u",
+                         "llmt_context_create: cfg->version = %u, this library knows 1..%u",
                          cfg->version, LLMT_CONTEXT_CONFIG_VERSION);
     if (cfg->backend != LLMT_BACKEND_CPU && cfg->backend != LLMT_BACKEND_CUDA)
         return llmt_fail(LLMT_EINVAL, "llmt_context_create: cfg->backend = %d is not a backend",
@@ -56,6 +57,12 @@ int llmt_context_create(llmt_context **out, const llmt_context_config *cfg)
     int rc = validate_config(cfg);
     if (rc)
         return rc;
+    /* A version 1 struct ends before host_memory_budget: read only its fields. */
+    llmt_context_config full = defaults;
+    memcpy(&full, cfg,
+           cfg->version == 1 ? offsetof(llmt_context_config, host_memory_budget) : sizeof full);
+    full.version = LLMT_CONTEXT_CONFIG_VERSION;
+    cfg = &full;
 
     llmt_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
@@ -63,6 +70,7 @@ int llmt_context_create(llmt_context **out, const llmt_context_config *cfg)
     ctx->cfg = *cfg;
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : omp_get_max_threads();
     ctx->budget = cfg->memory_budget;
+    ctx->host_budget = cfg->host_memory_budget;
     ctx->rng.seed = cfg->seed;
     ctx->rng.stream = LLMT_STREAM_ROOT;
     pthread_mutex_init(&ctx->mem_lock, NULL);
@@ -107,28 +115,32 @@ int llmt_context_memory_stats(const llmt_context *ctx, llmt_memory_stats *out)
         return llmt_fail(LLMT_EINVAL, "llmt_context_memory_stats: ctx is NULL");
     if (!out)
         return llmt_fail(LLMT_EINVAL, "llmt_context_memory_stats: out is NULL");
-    if (out->version != LLMT_MEMORY_STATS_VERSION)
+    if (out->version != 1 && out->version != LLMT_MEMORY_STATS_VERSION)
         return llmt_fail(LLMT_EVERSION,
-                         "llmt_context_memory_stats: out->version = %u, this library knows %u",
+                         "llmt_context_memory_stats: out->version = %u, this library knows 1..%u",
                          out->version, LLMT_MEMORY_STATS_VERSION);
     uint64_t total = 0, free_now = 0;
     int rc = ctx->backend->ops->mem_info(ctx->backend, &total, &free_now);
     if (rc)
         return rc;
 
+    llmt_memory_stats s;
     llmt_context *mut = (llmt_context *)ctx; /* the lock, not the state, changes */
     pthread_mutex_lock(&mut->mem_lock);
-    memset(out, 0, sizeof *out);
-    out->version = LLMT_MEMORY_STATS_VERSION;
-    out->category_count = LLMT_MEM_CATEGORY_COUNT;
-    memcpy(out->current, ctx->current, sizeof out->current);
-    memcpy(out->peak, ctx->peak, sizeof out->peak);
-    out->total_current = ctx->total_current;
-    out->total_peak = ctx->total_peak;
-    out->budget = ctx->budget;
+    memset(&s, 0, sizeof s);
+    s.version = out->version;
+    s.category_count = LLMT_MEM_CATEGORY_COUNT;
+    memcpy(s.current, ctx->current, sizeof s.current);
+    memcpy(s.peak, ctx->peak, sizeof s.peak);
+    s.total_current = ctx->total_current;
+    s.total_peak = ctx->total_peak;
+    s.budget = ctx->budget;
+    s.host_budget = ctx->host_budget;
     pthread_mutex_unlock(&mut->mem_lock);
-    out->device_total = total;
-    out->device_free = free_now;
+    s.device_total = total;
+    s.device_free = free_now;
+    /* A version 1 struct ends before host_budget. */
+    memcpy(out, &s, out->version == 1 ? offsetof(llmt_memory_stats, host_budget) : sizeof s);
     return LLMT_OK;
 }
 
@@ -156,6 +168,24 @@ int llmt_context_set_budget(llmt_context *ctx, uint64_t budget)
     if (!ok)
         return llmt_fail(LLMT_EINVAL,
                          "llmt_context_set_budget: budget = %llu bytes is below the %llu in use",
+                         (unsigned long long)budget, (unsigned long long)in_use);
+    return LLMT_OK;
+}
+
+int llmt_context_set_host_budget(llmt_context *ctx, uint64_t budget)
+{
+    if (!ctx)
+        return llmt_fail(LLMT_EINVAL, "llmt_context_set_host_budget: ctx is NULL");
+    pthread_mutex_lock(&ctx->mem_lock);
+    uint64_t in_use = ctx->current[LLMT_MEM_HOST_STATE];
+    int ok = budget == 0 || budget >= in_use;
+    if (ok)
+        ctx->host_budget = budget;
+    pthread_mutex_unlock(&ctx->mem_lock);
+    if (!ok)
+        return llmt_fail(LLMT_EINVAL,
+                         "llmt_context_set_host_budget: budget = %llu bytes is below the %llu "
+                         "host_state bytes in use",
                          (unsigned long long)budget, (unsigned long long)in_use);
     return LLMT_OK;
 }

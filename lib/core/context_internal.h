@@ -18,9 +18,10 @@ struct llmt_context {
     pthread_mutex_t mem_lock;
     uint64_t current[LLMT_MEM_CATEGORY_SLOTS];
     uint64_t peak[LLMT_MEM_CATEGORY_SLOTS];
-    uint64_t total_current;
+    uint64_t total_current; /* every category but LLMT_MEM_HOST_STATE */
     uint64_t total_peak;
     uint64_t budget;
+    uint64_t host_budget;   /* of LLMT_MEM_HOST_STATE alone; 0: none */
 
     llmt_rng_state rng; /* root stream */
 };

@@ -14,15 +14,18 @@
 #include "llmt/plan.h"
 #include "model/model_internal.h"
 #include "ops/cpu/cpu_backend.h"
+#include "optim/offload.h"
 #include "optim/optim_internal.h"
 
 /* The most host threads a plan without a context takes: a context's bound. */
 #define PLAN_MAX_THREADS 1024
 
-/* Bytes of the version 1 structs: everything before the fields version 2
- * appended. */
+/* Bytes of the older structs: everything before the fields the next
+ * version appended. */
 #define PLAN_CONFIG_V1_BYTES offsetof(llmt_plan_config, world_size)
+#define PLAN_CONFIG_V2_BYTES offsetof(llmt_plan_config, offload_parts)
 #define PLAN_V1_BYTES offsetof(llmt_plan, rank)
+#define PLAN_V2_BYTES offsetof(llmt_plan, host_peak)
 
 void llmt_plan_config_init(llmt_plan_config *cfg)
 {
@@ -32,18 +35,43 @@ void llmt_plan_config_init(llmt_plan_config *cfg)
     }
 }
 
-/* Parameters of a configuration, counted by building its parameter table. */
-static int count_params(const llmt_model_config *cfg, int64_t *out)
+/* Parameters of a configuration, counted by building its parameter table,
+ * and the end of the flat prefix whose optimizer state c offloads (by the
+ * optimizer's own llmt_offload_prefix, so plan and placement agree). */
+static int count_params(const llmt_plan_config *c, int64_t *params, int64_t *prefix)
 {
     llmt_model tmp;
     memset(&tmp, 0, sizeof tmp);
-    tmp.cfg = *cfg;
-    llmt_dims_from_config(cfg, &tmp.dims);
+    tmp.cfg = c->model;
+    llmt_dims_from_config(&c->model, &tmp.dims);
     int rc = llmt_model_build_params(&tmp);
-    *out = tmp.num_params;
+    *params = tmp.num_params;
+    *prefix = rc ? 0 : llmt_offload_prefix(&tmp, c->offload_parts, c->offload_layers);
     free(tmp.params);
     free(tmp.layer);
     return rc;
+}
+
+/* The offload fields (version 3) of a configuration whose other fields are
+ * checked. */
+static int check_offload_fields(const llmt_plan_config *c, const char *fn)
+{
+    if (c->offload_parts != LLMT_OFFLOAD_NONE && c->offload_parts != LLMT_OFFLOAD_OPTIMIZER)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->offload_parts = %d is not LLMT_OFFLOAD_NONE (0) "
+                         "or LLMT_OFFLOAD_OPTIMIZER (1); gradient offload is not built yet", fn,
+                         c->offload_parts);
+    if (c->offload_layers < LLMT_OFFLOAD_ALL_LAYERS || c->offload_layers > c->model.num_layers)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->offload_layers = %d is neither "
+                         "LLMT_OFFLOAD_ALL_LAYERS (-1) nor in 0..%d (the model's layers)", fn,
+                         c->offload_layers, c->model.num_layers);
+    if (c->offload_parts != LLMT_OFFLOAD_NONE && !c->with_optimizer)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->offload_parts = %d needs cfg->with_optimizer = 1 "
+                         "(it places the optimizer's state)", fn, c->offload_parts);
+    if (c->offload_parts != LLMT_OFFLOAD_NONE && c->world_size > 0)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: cfg->offload_parts = %d with cfg->world_size = "
+                         "%d: offload of a sharded optimizer is not built in this stage", fn,
+                         c->offload_parts, c->world_size);
+    return LLMT_OK;
 }
 
 /* The data-parallel fields (version 2) of a configuration. */
@@ -91,19 +119,22 @@ static int check_plan_config(const llmt_plan_config *c, const char *fn)
             return llmt_fail(LLMT_EINVAL, "%s: recompute policy %d (layer %d) is not a "
                              "combination of llmt_recompute_policy flags", fn, p, l);
     }
-    return check_dist_fields(c, fn);
+    rc = check_dist_fields(c, fn);
+    return rc ? rc : check_offload_fields(c, fn);
 }
 
-/* Copies a configuration of version 1 (its bytes only, the appended fields
- * at their defaults) or of the current version into *out, as the current
- * version, and checks it. */
+/* Copies a configuration of an older version (its bytes only, the appended
+ * fields at their defaults) or of the current version into *out, as the
+ * current version, and checks it. */
 static int upgrade_plan_config(const llmt_plan_config *in, llmt_plan_config *out, const char *fn)
 {
-    if (in->version != 1 && in->version != LLMT_PLAN_CONFIG_VERSION)
+    if (in->version < 1 || in->version > LLMT_PLAN_CONFIG_VERSION)
         return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows 1..%u", fn,
                          in->version, LLMT_PLAN_CONFIG_VERSION);
     llmt_plan_config_init(out);
-    memcpy(out, in, in->version == 1 ? PLAN_CONFIG_V1_BYTES : sizeof *out);
+    memcpy(out, in, in->version == 1   ? PLAN_CONFIG_V1_BYTES
+                    : in->version == 2 ? PLAN_CONFIG_V2_BYTES
+                                       : sizeof *out);
     out->version = LLMT_PLAN_CONFIG_VERSION;
     return check_plan_config(out, fn);
 }
@@ -151,8 +182,8 @@ static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params,
 static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *c,
                 llmt_plan *out)
 {
-    int64_t params = 0;
-    int rc = count_params(&c->model, &params);
+    int64_t params = 0, split = 0;
+    int rc = count_params(c, &params, &split);
     uint8_t *flags = malloc((size_t)c->model.num_layers);
     if (!rc && !flags)
         rc = llmt_fail(LLMT_ENOMEM, "llmt_plan_compute: out of host memory");
@@ -170,13 +201,19 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
         return rc;
     size_t e = llmt_dtype_size(llmt_precision_dtype(c->model.precision));
     shard_bytes shard = {0, params, 0, 0, 0};
+    uint64_t host_state = 0;
     out->rank = -1;
     if (c->world_size > 0) {
         out->rank = plan_rank(c, e, params, &shard);
     } else if (c->with_optimizer) {
-        size_t moment = 0, master = 0;
-        llmt_optimizer_sizes(c->model.precision, params, &moment, &master);
+        /* Offload (never with a communicator): the state of [0, split) is on
+         * the host, that of [split, params) on the device. */
+        size_t moment = 0, master = 0, host_moment = 0, host_master = 0;
+        llmt_optimizer_sizes(c->model.precision, params - split, &moment, &master);
+        llmt_optimizer_sizes(c->model.precision, split, &host_moment, &host_master);
         shard.optimizer = 2 * (uint64_t)moment + master;
+        host_state = 2 * (uint64_t)host_moment + host_master +
+                     llmt_offload_staging_bytes(ops->host_memory, split, e);
     }
     /* Without a communicator, an ordered slicer sums each micro-batch's
      * gradient into one more buffer when the batch has more than one. */
@@ -186,6 +223,7 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     out->bytes[LLMT_MEM_PARAMS] = (uint64_t)params * e;
     out->bytes[LLMT_MEM_GRADS] = (uint64_t)params * e * (extra_grads ? 2 : 1) + shard.grad_sum;
     out->bytes[LLMT_MEM_OPTIMIZER] = shard.optimizer;
+    out->bytes[LLMT_MEM_HOST_STATE] = host_state;
     out->bytes[LLMT_MEM_ACTIVATIONS] = lay.act_bytes;
     out->bytes[LLMT_MEM_WORKSPACE] = lay.work_bytes + llmt_model_constant_bytes(&c->model) +
                                      (c->with_optimizer ? ops->optim_scratch_bytes : 0) +
@@ -194,7 +232,8 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     out->shard_end = shard.end;
     out->peak = 0;
     for (int i = 0; i < LLMT_MEM_CATEGORY_COUNT; i++)
-        out->peak += out->bytes[i];
+        out->peak += i == LLMT_MEM_HOST_STATE ? 0 : out->bytes[i];
+    out->host_peak = host_state;
     out->num_params = params;
     return LLMT_OK;
 }
@@ -229,7 +268,7 @@ static int check_compute_args(const llmt_plan_config *cfg, const llmt_plan *out,
 {
     if (!cfg || !out)
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !cfg ? "cfg" : "out");
-    if (out->version != 1 && out->version != LLMT_PLAN_VERSION)
+    if (out->version < 1 || out->version > LLMT_PLAN_VERSION)
         return llmt_fail(LLMT_EVERSION, "%s: out->version = %u, this library knows 1..%u", fn,
                          out->version, LLMT_PLAN_VERSION);
     return upgrade_plan_config(cfg, c, fn);
@@ -243,7 +282,9 @@ static int plan_out(const llmt_backend_ops *ops, int num_threads, const llmt_pla
     int rc = plan(ops, num_threads, c, &p);
     if (!rc) {
         p.version = out->version;
-        memcpy(out, &p, out->version == 1 ? PLAN_V1_BYTES : sizeof p);
+        memcpy(out, &p, out->version == 1   ? PLAN_V1_BYTES
+                        : out->version == 2 ? PLAN_V2_BYTES
+                                            : sizeof p);
     }
     return rc;
 }
@@ -279,66 +320,127 @@ static const int32_t ladder[] = {
     LLMT_RECOMPUTE_FULL,
 };
 
-/* The fit of a checked current-version configuration (see llmt_plan_fit). */
+/* Rungs of the fit's ladder at one micro-batch: the recompute ladder
+ * without offload, then, when offload may be used, full recompute with the
+ * state of layers [0, k) offloaded for k = 1..num_layers, then all of it. */
+static int32_t rung_count(const llmt_plan_config *c, int offload)
+{
+    int32_t n = (int32_t)(sizeof ladder / sizeof ladder[0]);
+    return offload ? n + c->model.num_layers + 1 : n;
+}
+
+/* Sets c's recompute and offload to rung i of rung_count. */
+static void set_rung(llmt_plan_config *c, int32_t i)
+{
+    int32_t n = (int32_t)(sizeof ladder / sizeof ladder[0]);
+    c->recompute = ladder[i < n ? i : n - 1];
+    c->offload_parts = i < n ? LLMT_OFFLOAD_NONE : LLMT_OFFLOAD_OPTIMIZER;
+    c->offload_layers = i < n ? 0 : i - n + 1 <= c->model.num_layers ? i - n + 1
+                                                                      : LLMT_OFFLOAD_ALL_LAYERS;
+}
+
+/* The fit of a checked current-version configuration (see llmt_plan_fit and,
+ * with offload_layers non-NULL, llmt_plan_fit_offload). */
 static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *cfg,
-               uint64_t budget, int32_t *micro_batch, int32_t *recompute, const char *fn)
+               uint64_t budget, int32_t *micro_batch, int32_t *recompute,
+               int32_t *offload_layers, const char *fn)
 {
     llmt_plan_config c = *cfg;
     c.layer_recompute = NULL;
     c.batch_size = cfg->batch_size ? cfg->batch_size : cfg->micro_batch; /* stays as b halves */
+    int offload = offload_layers && cfg->offload_parts != LLMT_OFFLOAD_NONE;
     llmt_plan p = LLMT_PLAN_INIT;
     int rc;
     for (int32_t b = cfg->micro_batch;; b = (b + 1) / 2) {
         c.micro_batch = b;
-        for (size_t i = 0; i < sizeof ladder / sizeof ladder[0]; i++) {
-            c.recompute = ladder[i];
+        for (int32_t i = 0; i < rung_count(&c, offload); i++) {
+            if (offload_layers)
+                set_rung(&c, i);
+            else
+                c.recompute = ladder[i];
             if ((rc = plan(ops, num_threads, &c, &p)))
                 return rc;
             if (p.peak <= budget) {
                 *micro_batch = b;
-                *recompute = ladder[i];
+                *recompute = c.recompute;
+                if (offload_layers)
+                    *offload_layers = c.offload_layers;
                 return LLMT_OK;
             }
         }
         if (b == 1)
             break;
     }
-    char where[64] = "";
+    char where[64] = "", placed[96] = "";
     if (c.world_size > 0)
         snprintf(where, sizeof where, " on rank %d of %d", p.rank, c.world_size);
+    if (c.offload_parts != LLMT_OFFLOAD_NONE)
+        snprintf(placed, sizeof placed, " and the optimizer%s offloaded (host %llu)",
+                 c.offload_layers == LLMT_OFFLOAD_ALL_LAYERS ? "" : "'s first layers",
+                 (unsigned long long)p.host_peak);
     return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes%s: micro-batch 1 with full "
-                     "recompute needs %llu (params %llu, grads %llu, optimizer %llu, activations "
-                     "%llu, workspace %llu)", fn, (unsigned long long)budget, where,
-                     (unsigned long long)p.peak, (unsigned long long)p.bytes[LLMT_MEM_PARAMS],
+                     "recompute%s needs %llu (params %llu, grads %llu, optimizer %llu, "
+                     "activations %llu, workspace %llu)", fn, (unsigned long long)budget, where,
+                     placed, (unsigned long long)p.peak,
+                     (unsigned long long)p.bytes[LLMT_MEM_PARAMS],
                      (unsigned long long)p.bytes[LLMT_MEM_GRADS],
                      (unsigned long long)p.bytes[LLMT_MEM_OPTIMIZER],
                      (unsigned long long)p.bytes[LLMT_MEM_ACTIVATIONS],
                      (unsigned long long)p.bytes[LLMT_MEM_WORKSPACE]);
 }
 
+/* The checks and the fit every llmt_plan_fit* function shares: ops is the
+ * context's (ctx non-NULL) or the backend's. */
+static int fit_entry(const llmt_context *ctx, int32_t backend, int32_t num_threads,
+                     const llmt_plan_config *cfg, uint64_t budget, int32_t *micro_batch,
+                     int32_t *recompute, int32_t *offload_layers, int with_offload,
+                     const char *fn)
+{
+    if (!cfg || !micro_batch || !recompute || (with_offload && !offload_layers))
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn,
+                         !cfg ? "cfg" : !micro_batch ? "micro_batch"
+                                    : !recompute ? "recompute" : "offload_layers");
+    const llmt_backend_ops *ops = NULL;
+    llmt_plan_config c;
+    int rc = upgrade_plan_config(cfg, &c, fn);
+    if (!rc && ctx) {
+        ops = llmt_ops(ctx);
+        num_threads = ctx->num_threads;
+    } else if (!rc) {
+        rc = backend_ops(backend, num_threads, fn, &ops);
+    }
+    return rc ? rc : fit(ops, num_threads, &c, budget, micro_batch, recompute, offload_layers, fn);
+}
+
 int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
                   int32_t *micro_batch, int32_t *recompute)
 {
-    const char *fn = "llmt_plan_fit";
-    if (!ctx || !cfg || !micro_batch || !recompute)
-        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn,
-                         !ctx ? "ctx" : !cfg ? "cfg" : !micro_batch ? "micro_batch" : "recompute");
-    llmt_plan_config c;
-    int rc = upgrade_plan_config(cfg, &c, fn);
-    return rc ? rc : fit(llmt_ops(ctx), ctx->num_threads, &c, budget, micro_batch, recompute, fn);
+    if (!ctx)
+        return llmt_fail(LLMT_EINVAL, "llmt_plan_fit: ctx is NULL");
+    return fit_entry(ctx, 0, 0, cfg, budget, micro_batch, recompute, NULL, 0, "llmt_plan_fit");
 }
 
 int llmt_plan_fit_backend(int32_t backend, int32_t num_threads, const llmt_plan_config *cfg,
                           uint64_t budget, int32_t *micro_batch, int32_t *recompute)
 {
-    const char *fn = "llmt_plan_fit_backend";
-    if (!cfg || !micro_batch || !recompute)
-        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn,
-                         !cfg ? "cfg" : !micro_batch ? "micro_batch" : "recompute");
-    const llmt_backend_ops *ops = NULL;
-    llmt_plan_config c;
-    int rc = upgrade_plan_config(cfg, &c, fn);
-    if (!rc)
-        rc = backend_ops(backend, num_threads, fn, &ops);
-    return rc ? rc : fit(ops, num_threads, &c, budget, micro_batch, recompute, fn);
+    return fit_entry(NULL, backend, num_threads, cfg, budget, micro_batch, recompute, NULL, 0,
+                     "llmt_plan_fit_backend");
+}
+
+int llmt_plan_fit_offload(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
+                          int32_t *micro_batch, int32_t *recompute, int32_t *offload_layers)
+{
+    if (!ctx)
+        return llmt_fail(LLMT_EINVAL, "llmt_plan_fit_offload: ctx is NULL");
+    return fit_entry(ctx, 0, 0, cfg, budget, micro_batch, recompute, offload_layers, 1,
+                     "llmt_plan_fit_offload");
+}
+
+int llmt_plan_fit_offload_backend(int32_t backend, int32_t num_threads,
+                                  const llmt_plan_config *cfg, uint64_t budget,
+                                  int32_t *micro_batch, int32_t *recompute,
+                                  int32_t *offload_layers)
+{
+    return fit_entry(NULL, backend, num_threads, cfg, budget, micro_batch, recompute,
+                     offload_layers, 1, "llmt_plan_fit_offload_backend");
 }

@@ -5,6 +5,7 @@
 #include "llmt/optimizer.h"
 #include "core/buffer.h"
 #include "dist/comm_internal.h"
+#include "ops/ops.h"
 
 struct llmt_optimizer {
     llmt_model *model;
@@ -12,10 +13,21 @@ struct llmt_optimizer {
     int64_t steps;  /* updates applied */
     int state_dt;   /* dtype of the moments */
     /* The range of the flat parameter buffer this optimizer updates (all of
-     * it unless sharded); m, v and master hold element first + i at i. */
-    int64_t first, end;
+     * it unless sharded), split at `split` (offload.c): the state of
+     * [first, split) lives in host memory, hm, hv and hmaster (HOST_STATE)
+     * holding element first + i at i; that of [split, end) on the device, m,
+     * v and master (OPTIMIZER) holding element split + i at i. split is
+     * first without offload. */
+    int64_t first, end, split;
     llmt_buf m, v;  /* moments */
     llmt_buf master; /* fp32 master weights (mixed modes), else empty */
+    llmt_buf hm, hv, hmaster; /* the same for the host segment */
+    /* Backends without host_memory: the host segment's transfer staging
+     * (gradients in, weights out; min(split - first, LLMT_OFFLOAD_CHUNK)
+     * weight elements each) and the CPU backend that updates it. */
+    llmt_buf stage_g, stage_w;
+    llmt_device *host_dev;
+    int32_t offload_parts, offload_layers; /* as llmt_optimizer_get_offload reports */
     /* The mode keeps master weights (even where this rank's range, and so
      * master, is empty: ranks must agree on what state exists). */
     int has_master;
@@ -43,8 +55,36 @@ void llmt_optimizer_sizes(int precision, int64_t num_params, size_t *moment_byte
 
 /* Sets up o (model, cfg and precision set) to update [first, end):
  * allocates the moments, master weights (copied from the model), scratch
- * and the norm partials. */
+ * and the norm partials, placed as cfg's offload fields say. */
 int llmt_optimizer_alloc_state(llmt_optimizer *o, int64_t first, int64_t end);
+
+/* Offload (offload.c). Allocates o's state for split point split (first <=
+ * split <= end) with zero moments and master weights from the model,
+ * replacing nothing (o's buffers must be empty). */
+int llmt_offload_alloc(llmt_optimizer *o, int64_t split);
+
+/* Releases the state buffers of both segments and the host backend. */
+void llmt_offload_free(llmt_optimizer *o);
+
+/* Copies the model's weights of [first, end) into the master weights of both
+ * segments (mixed modes; nothing otherwise). */
+int llmt_offload_master_from_weights(llmt_optimizer *o);
+
+/* AdamW over [off, e) of the host segment (first <= off < e <= split): a
+ * holds every field but the pointers, n and rng_offset; g holds element
+ * first + i at i. */
+int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, const void *g, int64_t off,
+                        int64_t e);
+
+/* The buffer of state section sec (0 first moment, 1 second, 2 master) that
+ * holds element e (first <= e < end), and e's element index in it. */
+void *llmt_offload_state_base(const llmt_optimizer *o, int sec, int64_t e, int64_t *index);
+
+/* Copies n fp32 values between host buf and state section sec from element
+ * e0 on (within [first, end)), across both segments; to_state writes the
+ * state (rounded to nearest even), else reads it. */
+int llmt_offload_state_io(const llmt_optimizer *o, int sec, int64_t e0, int64_t n, float *buf,
+                          int to_state);
 
 /* Sharded optimizer (sharded.c). Starts a step's reduction: zeroes the
  * owner's gradient sum. */
@@ -74,8 +114,12 @@ void llmt_optimizer_free_sharded(llmt_optimizer *o);
 /* The learning rate of optimizer step `step` (0-based) under config c. */
 double llmt_schedule_lr(const llmt_optimizer_config *c, int64_t step);
 
-/* Validates a configuration, naming the field at fault. */
+/* Validates a configuration (version 1 or 2), naming the field at fault. */
 int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn);
+
+/* Copies a checked configuration of either version into *dst as the current
+ * version (a version 1 struct is read only as far as its fields go). */
+void llmt_optimizer_config_copy(llmt_optimizer_config *dst, const llmt_optimizer_config *src);
 
 /* Validates a loss scaler configuration, naming the field at fault. */
 int llmt_loss_scaler_config_check(const llmt_loss_scaler_config *c, const char *fn);

@@ -1,6 +1,7 @@
 /* llmt_optimizer: AdamW over the model's flat parameter buffer, with the
  * loss scaler's overflow check, global-norm clipping and the schedule. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "model/model_internal.h"
 #include "model/transfer.h"
 #include "dist/shard.h"
+#include "optim/offload.h"
 #include "optim/optim_internal.h"
 
 void llmt_optimizer_config_init(llmt_optimizer_config *cfg)
@@ -89,9 +91,16 @@ static void put_setting(llmt_optimizer_config *c, int param, double v)
 
 int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn)
 {
-    if (c->version != LLMT_OPTIMIZER_CONFIG_VERSION)
-        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows %u", fn,
+    if (c->version != 1 && c->version != LLMT_OPTIMIZER_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows 1..%u", fn,
                          c->version, LLMT_OPTIMIZER_CONFIG_VERSION);
+    /* The layer range is checked against the model at creation. */
+    if (c->version >= 2 && c->offload_parts != LLMT_OFFLOAD_NONE &&
+        c->offload_parts != LLMT_OFFLOAD_OPTIMIZER)
+        return llmt_fail(LLMT_EINVAL,
+                         "%s: offload_parts = %d is not LLMT_OFFLOAD_NONE (0) or "
+                         "LLMT_OFFLOAD_OPTIMIZER (1); gradient offload is not built yet",
+                         fn, c->offload_parts);
     for (int p = 0; p < SETTING_COUNT; p++) {
         int rc = check_setting(fn, p, get_setting(c, p));
         if (rc)
@@ -100,6 +109,14 @@ int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn)
     if (c->min_lr > c->lr)
         return llmt_fail(LLMT_EINVAL, "%s: min_lr = %g is above lr = %g", fn, c->min_lr, c->lr);
     return LLMT_OK;
+}
+
+void llmt_optimizer_config_copy(llmt_optimizer_config *dst, const llmt_optimizer_config *src)
+{
+    const llmt_optimizer_config defaults = LLMT_OPTIMIZER_CONFIG_INIT;
+    *dst = defaults;
+    memcpy(dst, src, src->version == 1 ? offsetof(llmt_optimizer_config, offload_parts) : sizeof *dst);
+    dst->version = LLMT_OPTIMIZER_CONFIG_VERSION;
 }
 
 void llmt_optimizer_sizes(int precision, int64_t num_params, size_t *moment_bytes,
@@ -119,25 +136,23 @@ int llmt_optimizer_alloc_state(llmt_optimizer *o, int64_t first, int64_t end)
     o->has_master = precision == LLMT_PRECISION_BF16_MIXED || precision == LLMT_PRECISION_FP16_MIXED;
     o->first = first;
     o->end = end;
-    llmt_context *ctx = model->ctx;
-    size_t moment_bytes = 0, master_bytes = 0;
-    llmt_optimizer_sizes(precision, end - first, &moment_bytes, &master_bytes);
-    int rc = llmt_buf_alloc(ctx, &o->m, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW first moment");
+    const char *fn = o->comm ? "llmt_optimizer_create_sharded" : "llmt_optimizer_create";
+    int rc = llmt_offload_check(fn, o->cfg.offload_parts, o->cfg.offload_layers, model->dims.layers);
+    if (!rc && o->comm && o->cfg.offload_parts != LLMT_OFFLOAD_NONE)
+        rc = llmt_fail(LLMT_EUNSUPPORTED,
+                       "%s: cfg->offload_parts = %d on a sharded optimizer: offload of a sharded "
+                       "optimizer is not built yet",
+                       fn, o->cfg.offload_parts);
+    if (rc)
+        return rc;
+    o->offload_parts = o->cfg.offload_parts;
+    o->offload_layers = o->offload_parts == LLMT_OFFLOAD_NONE ? 0 : o->cfg.offload_layers;
+    int64_t p = llmt_offload_prefix(model, o->offload_parts, o->offload_layers);
+    o->split = first;
+    rc = llmt_offload_alloc(o, p < first ? first : p > end ? end : p);
     if (!rc)
-        rc = llmt_buf_alloc(ctx, &o->v, LLMT_MEM_OPTIMIZER, moment_bytes, "AdamW second moment");
-    if (!rc)
-        rc = llmt_buf_alloc(ctx, &o->master, LLMT_MEM_OPTIMIZER, master_bytes,
-                            "fp32 master weights");
-    if (!rc)
-        rc = llmt_buf_alloc(ctx, &o->scratch, LLMT_MEM_WORKSPACE, model->ops->optim_scratch_bytes,
-                            "optimizer scratch");
-    if (!rc)
-        rc = model->ops->mem_zero(model->dev, o->m.ptr, o->m.bytes);
-    if (!rc)
-        rc = model->ops->mem_zero(model->dev, o->v.ptr, o->v.bytes);
-    if (!rc && o->master.ptr)
-        rc = model->ops->cast(model->dev, o->master.ptr, LLMT_DTYPE_F32,
-                              llmt_model_at(model, &model->weights, first), model->dt, end - first);
+        rc = llmt_buf_alloc(model->ctx, &o->scratch, LLMT_MEM_WORKSPACE,
+                            model->ops->optim_scratch_bytes, "optimizer scratch");
     size_t blocks = (size_t)((model->num_params + LLMT_SHARD_GRANULE - 1) / LLMT_SHARD_GRANULE);
     if (!rc && model->ops->grad_stats_blocks && !(o->partials = calloc(blocks + 1, sizeof(double))))
         rc = llmt_fail(LLMT_ENOMEM, "optimizer: out of host memory");
@@ -163,7 +178,7 @@ int llmt_optimizer_create(llmt_optimizer **out, llmt_model *model, const llmt_op
     if (!o)
         return llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
     o->model = model;
-    o->cfg = *cfg;
+    llmt_optimizer_config_copy(&o->cfg, cfg);
     rc = llmt_optimizer_alloc_state(o, 0, model->num_params);
     if (rc) {
         llmt_optimizer_free(o);
@@ -177,11 +192,8 @@ void llmt_optimizer_free(llmt_optimizer *o)
 {
     if (!o)
         return;
-    llmt_context *ctx = o->model->ctx;
-    llmt_buf_free(ctx, &o->m);
-    llmt_buf_free(ctx, &o->v);
-    llmt_buf_free(ctx, &o->master);
-    llmt_buf_free(ctx, &o->scratch);
+    llmt_offload_free(o);
+    llmt_buf_free(o->model->ctx, &o->scratch);
     free(o->partials);
     llmt_optimizer_free_sharded(o);
     free(o);
@@ -221,7 +233,22 @@ int llmt_optimizer_get_config(const llmt_optimizer *o, llmt_optimizer_config *ou
 {
     if (!o || !out)
         return llmt_fail(LLMT_EINVAL, "llmt_optimizer_get_config: %s is NULL", o ? "out" : "opt");
-    *out = o->cfg;
+    /* The placement is the optimizer's, not the (checkpointed) settings'. */
+    llmt_optimizer_config c = o->cfg;
+    c.offload_parts = o->offload_parts;
+    c.offload_layers = o->offload_parts == LLMT_OFFLOAD_NONE ? LLMT_OFFLOAD_ALL_LAYERS
+                                                             : o->offload_layers;
+    if (out->version != 1 && out->version != LLMT_OPTIMIZER_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "llmt_optimizer_get_config: out->version = %u: set it to "
+                         "%u (or 1 for a version 1 struct)", out->version,
+                         LLMT_OPTIMIZER_CONFIG_VERSION);
+    /* A caller that says version 1 has a version 1 struct. */
+    if (out->version == 1) {
+        memcpy(out, &c, offsetof(llmt_optimizer_config, offload_parts));
+        out->version = 1;
+    } else {
+        *out = c;
+    }
     return LLMT_OK;
 }
 
@@ -262,14 +289,21 @@ static int update_all(llmt_optimizer *o, const void *g, float grad_factor, doubl
         i = j;
         if (end <= off)
             continue;
-        int64_t local = off - o->first;
+        a.weight_decay = decay ? (float)o->cfg.weight_decay : 0.0f;
+        if (off < o->split) { /* the offloaded part of the run */
+            int64_t host_end = end < o->split ? end : o->split;
+            LLMT_TRY(llmt_offload_update(o, a, g, off, host_end));
+            off = host_end;
+        }
+        if (end <= off)
+            continue;
+        int64_t local = off - o->split; /* in the device buffers */
         a.n = end - off;
         a.w = (char *)m->weights.ptr + (size_t)off * wb;
-        a.g = (const char *)g + (size_t)local * wb;
+        a.g = (const char *)g + (size_t)(off - o->first) * wb;
         a.m = (char *)o->m.ptr + (size_t)local * sb;
         a.v = (char *)o->v.ptr + (size_t)local * sb;
-        a.master = o->master.ptr ? (float *)o->master.ptr + local : NULL;
-        a.weight_decay = decay ? (float)o->cfg.weight_decay : 0.0f;
+        a.master = o->has_master ? (float *)o->master.ptr + local : NULL;
         /* Each step draws fresh rounding bits: element e uses value t P + e. */
         a.rng_offset = (uint64_t)o->steps * (uint64_t)m->num_params + (uint64_t)off;
         LLMT_TRY(m->ops->adamw(m->dev, &a));
@@ -308,9 +342,8 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
                          report->version, LLMT_UPDATE_REPORT_VERSION);
     const llmt_model *m = o->model;
     /* Weights set or loaded since the master was taken win over it. */
-    if (o->master.ptr && o->weights_epoch != m->weights_epoch) {
-        int rc = m->ops->cast(m->dev, o->master.ptr, LLMT_DTYPE_F32,
-                              llmt_model_at(m, &m->weights, o->first), m->dt, o->end - o->first);
+    if (o->has_master && o->weights_epoch != m->weights_epoch) {
+        int rc = llmt_offload_master_from_weights(o);
         if (rc)
             return rc;
         o->weights_epoch = m->weights_epoch;
@@ -387,67 +420,77 @@ int32_t llmt_optimizer_state_dtype(const llmt_optimizer *o, int kind)
     }
 }
 
-/* The device buffer and dtype of a state kind, or NULL with an error. */
-static const llmt_buf *state_buf(const llmt_optimizer *o, const char *fn, int kind, int *dt,
-                                 int *rc)
+/* The state section (0 first moment, 1 second, 2 master) of kind, or -1
+ * with an error. */
+static int state_section(const llmt_optimizer *o, const char *fn, int kind, int *rc)
 {
     if (!o) {
         *rc = llmt_fail(LLMT_EINVAL, "%s: opt is NULL", fn);
-        return NULL;
+        return -1;
     }
-    if (kind == LLMT_OPT_STATE_EXP_AVG || kind == LLMT_OPT_STATE_EXP_AVG_SQ) {
-        *dt = o->state_dt;
-        return kind == LLMT_OPT_STATE_EXP_AVG ? &o->m : &o->v;
-    }
-    if (kind == LLMT_OPT_STATE_MASTER && o->has_master) {
-        *dt = LLMT_DTYPE_F32;
-        return &o->master;
-    }
+    if (kind == LLMT_OPT_STATE_EXP_AVG || kind == LLMT_OPT_STATE_EXP_AVG_SQ)
+        return kind == LLMT_OPT_STATE_EXP_AVG ? 0 : 1;
+    if (kind == LLMT_OPT_STATE_MASTER && o->has_master)
+        return 2;
     if (kind == LLMT_OPT_STATE_MASTER)
         *rc = llmt_fail(LLMT_ENOTFOUND, "%s: kind = master weights: this precision mode has none", fn);
     else
         *rc = llmt_fail(LLMT_EINVAL, "%s: kind = %d is not an llmt_opt_state", fn, kind);
-    return NULL;
+    return -1;
+}
+
+/* The parameter named name with a buffer of count floats, or NULL with an
+ * error. */
+static const llmt_param *state_param(const llmt_optimizer *o, const char *fn, const char *name,
+                                     const void *buf, const char *buf_name, size_t count, int *rc)
+{
+    const llmt_param *p = llmt_model_find_param(o->model, fn, name);
+    if (!p) {
+        *rc = name ? LLMT_ENOTFOUND : LLMT_EINVAL; /* the message is set */
+        return NULL;
+    }
+    if (!buf || count != (size_t)p->numel) {
+        *rc = llmt_fail(LLMT_EINVAL, "%s: %s: %s is NULL or count = %zu is not its %lld elements",
+                        fn, name, buf_name, count, (long long)p->numel);
+        return NULL;
+    }
+    return p;
 }
 
 int llmt_optimizer_get_state(const llmt_optimizer *o, int kind, const char *name, float *out,
                              size_t count)
 {
     const char *fn = "llmt_optimizer_get_state";
-    int dt = 0, rc = LLMT_OK;
-    const llmt_buf *b = state_buf(o, fn, kind, &dt, &rc);
-    if (!b)
+    int rc = LLMT_OK;
+    int sec = state_section(o, fn, kind, &rc);
+    if (sec < 0)
+        return rc;
+    const llmt_param *p = state_param(o, fn, name, out, "out", count, &rc);
+    if (!p)
         return rc;
     if (!o->comm)
-        return llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, out, count, 0);
-    const llmt_param *p = llmt_model_find_param(o->model, fn, name);
-    if (!p)
-        return name ? LLMT_ENOTFOUND : LLMT_EINVAL; /* the message is set */
-    if (!out || count != (size_t)p->numel)
-        return llmt_fail(LLMT_EINVAL, "%s: %s: out is NULL or count = %zu is not its %lld elements",
-                         fn, name, count, (long long)p->numel);
-    return llmt_optimizer_gather_tensor((llmt_optimizer *)o, b->ptr, dt, p->offset, p->numel, out);
+        return llmt_offload_state_io(o, sec, p->offset, p->numel, out, 0);
+    /* A sharded optimizer keeps its whole range on the device. */
+    return llmt_optimizer_gather_tensor((llmt_optimizer *)o, sec == 0 ? o->m.ptr : sec == 1 ? o->v.ptr : o->master.ptr,
+                                        sec == 2 ? LLMT_DTYPE_F32 : o->state_dt, p->offset,
+                                        p->numel, out);
 }
 
 int llmt_optimizer_set_state(llmt_optimizer *o, int kind, const char *name, const float *in,
                              size_t count)
 {
     const char *fn = "llmt_optimizer_set_state";
-    int dt = 0, rc = LLMT_OK;
-    const llmt_buf *b = state_buf(o, fn, kind, &dt, &rc);
-    if (!b)
+    int rc = LLMT_OK;
+    int sec = state_section(o, fn, kind, &rc);
+    if (sec < 0)
         return rc;
-    if (!o->comm)
-        return llmt_transfer_tensor(o->model, fn, name, b->ptr, dt, (void *)in, count, 1);
-    const llmt_param *p = llmt_model_find_param(o->model, fn, name);
+    const llmt_param *p = state_param(o, fn, name, in, "in", count, &rc);
     if (!p)
-        return name ? LLMT_ENOTFOUND : LLMT_EINVAL; /* the message is set */
-    if (!in || count != (size_t)p->numel)
-        return llmt_fail(LLMT_EINVAL, "%s: %s: in is NULL or count = %zu is not its %lld elements",
-                         fn, name, count, (long long)p->numel);
+        return rc;
+    /* The part of the tensor this optimizer owns (all of it unless sharded). */
     int64_t a = p->offset > o->first ? p->offset : o->first;
     int64_t e = p->offset + p->numel < o->end ? p->offset + p->numel : o->end;
-    return e > a ? llmt_transfer_in(o->model, b->ptr, dt, a - o->first, in + (a - p->offset), e - a)
+    return e > a ? llmt_offload_state_io(o, sec, a, e - a, (float *)(in + (a - p->offset)), 1)
                  : LLMT_OK;
 }
 

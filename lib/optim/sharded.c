@@ -107,7 +107,7 @@ int llmt_optimizer_create_sharded(llmt_optimizer **out, llmt_model *model,
         return rc;
     }
     o->model = model;
-    o->cfg = *cfg;
+    llmt_optimizer_config_copy(&o->cfg, cfg);
     rc = llmt_comm_check_same(comm, "the model (configuration and weights), the optimizer "
                               "configuration or the reduce mode", agreement_hash(o, reduce_mode));
     if (!rc)

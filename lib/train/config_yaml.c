@@ -30,7 +30,8 @@ typedef enum kind {
     K_BOOL,      /* true / false */
     K_PATH,      /* string */
     K_ENUM,      /* one of names, stored as int32 index */
-    K_RECOMPUTE  /* none, or flags joined by '+' */
+    K_RECOMPUTE, /* none, or flags joined by '+' */
+    K_LAYERS     /* all (stored as -1), or an int32 count in lo..hi */
 } kind;
 
 typedef struct field {
@@ -48,6 +49,7 @@ static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
 static const char *const reduce_names[] = {"deterministic", "fast", NULL};
 static const char *const accumulation_names[] = {"in_place", "ordered", NULL};
+static const char *const offload_names[] = {"none", "optimizer", NULL}; /* llmt_offload_part */
 
 #define OFF(f) offsetof(llmt_train_config, f)
 #define BIG 1e15
@@ -76,6 +78,8 @@ static const field fields[] = {
     {"optimizer", "weight_decay", K_F64, OFF(optimizer.weight_decay), 0, 1, NULL},
     {"optimizer", "decay_norms", K_BOOL, OFF(optimizer.decay_norms), 0, 1, NULL},
     {"optimizer", "grad_clip", K_F64, OFF(optimizer.grad_clip), 0, 1e12, NULL},
+    {"optimizer", "offload", K_ENUM, OFF(optimizer.offload_parts), 0, 1, offload_names},
+    {"optimizer", "offload_layers", K_LAYERS, OFF(optimizer.offload_layers), 0, 4096, NULL},
     {"schedule", "kind", K_ENUM, OFF(optimizer.schedule), 0, 2, schedule_names},
     {"schedule", "warmup_steps", K_I64, OFF(optimizer.warmup_steps), 0, BIG, NULL},
     {"schedule", "total_steps", K_I64, OFF(optimizer.total_steps), 0, BIG, NULL},
@@ -341,6 +345,15 @@ static int set_value(llmt_train_config *cfg, const field *f, const char *s, char
             return refuse(why, cap, "'%s' is not none or flags attn_core, ffn_act, ffn, full "
                             "joined by '+'", s);
         return 0;
+    case K_LAYERS:
+        if (strcmp(s, "all") == 0) {
+            *(int32_t *)dst = LLMT_OFFLOAD_ALL_LAYERS;
+            return 0;
+        }
+        if (parse_int(s, &iv) || (double)iv < f->lo || (double)iv > f->hi)
+            return refuse(why, cap, "'%s' is not all or an integer in %.0f..%.0f", s, f->lo, f->hi);
+        *(int32_t *)dst = (int32_t)iv;
+        return 0;
     }
     return 0;
 }
@@ -598,6 +611,11 @@ int llmt_train_config_check(const llmt_train_config *c)
                          c->seq_len, c->model.max_seq_len);
     if (c->recompute < 0 || c->recompute > LLMT_RECOMPUTE_MASK)
         return llmt_fail(LLMT_EINVAL, "recompute = %d is not a policy", c->recompute);
+    if (c->optimizer.offload_parts != LLMT_OFFLOAD_NONE &&
+        (c->optimizer.offload_layers < LLMT_OFFLOAD_ALL_LAYERS ||
+         c->optimizer.offload_layers > c->model.num_layers))
+        return llmt_fail(LLMT_EINVAL, "optimizer.offload_layers = %d is neither all nor in 0..%d "
+                         "(model.num_layers)", c->optimizer.offload_layers, c->model.num_layers);
     if (c->optimizer.schedule != LLMT_SCHEDULE_CONSTANT &&
         c->optimizer.total_steps <= c->optimizer.warmup_steps)
         return llmt_fail(LLMT_EINVAL, "schedule.total_steps = %lld must exceed "
@@ -662,6 +680,12 @@ static void emit_value(out_buf *o, const llmt_train_config *cfg, const field *f)
     case K_PATH: emit_string(o, (const char *)src); break;
     case K_ENUM: emit(o, "%s", f->names[*(const int32_t *)src]); break;
     case K_RECOMPUTE: emit(o, "%s", llmt_recompute_policy_name(*(const int32_t *)src)); break;
+    case K_LAYERS:
+        if (*(const int32_t *)src == LLMT_OFFLOAD_ALL_LAYERS)
+            emit(o, "all");
+        else
+            emit(o, "%d", *(const int32_t *)src);
+        break;
     }
 }
 

@@ -1,9 +1,13 @@
-/* The adaptive controller's ladder of notches and its predictions. */
+/* The adaptive controller's ladder of notches, its predictions and the
+ * optimizer placement of its offload rungs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context_internal.h"
 #include "core/error.h"
+#include "optim/offload.h"
+#include "optim/optim_internal.h"
 #include "train/controller.h"
 
 static const uint8_t ladder[LLMT_LADDER_LEVELS] = {
@@ -23,6 +27,13 @@ static int32_t level_of(int32_t policy)
     return LLMT_LADDER_LEVELS - 1;
 }
 
+/* The notch with full recompute on every layer and nothing offloaded; the
+ * offload rungs are the layers + 1 notches after it. */
+static int64_t recompute_top(const llmt_controller *c)
+{
+    return (int64_t)(LLMT_LADDER_LEVELS - 1) * c->layers;
+}
+
 void llmt_controller_init(llmt_controller *c, const llmt_model *m, int32_t batch, int32_t seq,
                           int32_t policy, int32_t micro_batch)
 {
@@ -37,37 +48,61 @@ void llmt_controller_init(llmt_controller *c, const llmt_model *m, int32_t batch
     for (int32_t b = c->base_micro; b > 1; b = (b + 1) / 2)
         halvings++;
     c->base = (int64_t)c->base_level * c->layers;
-    c->max = (int64_t)(LLMT_LADDER_LEVELS - 1) * c->layers + halvings;
+    c->max = recompute_top(c) + c->layers + 1 + halvings;
     c->notch = c->base;
 }
 
-void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, int32_t *micro)
+void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, int32_t *micro,
+                           int32_t *offload_layers)
 {
-    int64_t rc_top = (int64_t)(LLMT_LADDER_LEVELS - 1) * c->layers;
+    int64_t rc_top = recompute_top(c), off_top = rc_top + c->layers + 1;
     int64_t level = (k < rc_top ? k : rc_top) / c->layers;
     int64_t extra = k < rc_top ? k % c->layers : 0;
     for (int32_t l = 0; l < c->layers; l++)
         flags[l] = ladder[level + (l < extra ? 1 : 0)];
+    int64_t rung = k <= rc_top ? 0 : k < off_top ? k - rc_top : c->layers + 1;
+    *offload_layers = rung <= c->layers ? (int32_t)rung : LLMT_OFFLOAD_ALL_LAYERS;
     int32_t b = c->base_micro;
-    for (int64_t h = rc_top; h < k; h++)
+    for (int64_t h = off_top; h < k; h++)
         b = (b + 1) / 2;
     *micro = b;
 }
 
-int llmt_controller_arena_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
+/* Bytes of the optimizer's state left on the device with offload_layers
+ * offloaded (its device segment, as the optimizer sizes it). */
+static uint64_t device_state_bytes(const llmt_optimizer *o, int32_t offload_layers)
+{
+    int64_t p = llmt_offload_prefix(o->model, offload_layers ? LLMT_OFFLOAD_OPTIMIZER
+                                                             : LLMT_OFFLOAD_NONE, offload_layers);
+    int64_t split = p < o->first ? o->first : p > o->end ? o->end : p;
+    size_t moment = 0, master = 0;
+    llmt_optimizer_sizes(o->model->cfg.precision, o->end - split, &moment, &master);
+    return 2 * (uint64_t)moment + master;
+}
+
+int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
 {
     uint8_t *flags = malloc((size_t)c->layers);
     if (!flags)
         return llmt_fail(LLMT_ENOMEM, "controller: out of memory");
-    int32_t micro = 0;
-    llmt_controller_notch(c, k, flags, &micro);
+    int32_t micro = 0, offload = 0;
+    llmt_controller_notch(c, k, flags, &micro, &offload);
     llmt_layout lay;
     int rc = llmt_layout_compute(&c->model->cfg, flags, micro, c->seq, c->model->dev->num_threads,
                                  c->model->ops, 0, &lay);
     free(flags);
     if (!rc)
-        *bytes = (uint64_t)lay.act_bytes + lay.work_bytes;
+        *bytes = (uint64_t)lay.act_bytes + lay.work_bytes +
+                 (c->opt ? device_state_bytes(c->opt, offload) : 0);
     return rc;
+}
+
+uint64_t llmt_controller_placed_bytes(const llmt_controller *c)
+{
+    int32_t parts = 0, layers = 0;
+    if (!c->opt || llmt_optimizer_get_offload(c->opt, &parts, &layers))
+        return 0;
+    return device_state_bytes(c->opt, layers);
 }
 
 int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llmt_slicer *s)
@@ -75,8 +110,8 @@ int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llm
     uint8_t *flags = malloc((size_t)c->layers);
     if (!flags)
         return llmt_fail(LLMT_ENOMEM, "controller: out of memory");
-    int32_t micro = 0;
-    llmt_controller_notch(c, k, flags, &micro);
+    int32_t micro = 0, offload = 0;
+    llmt_controller_notch(c, k, flags, &micro, &offload);
     int status = LLMT_OK;
     for (int32_t l = 0; l < c->layers && !status; l++)
         status = llmt_recompute_set_layers(rc, l, 1, flags[l]);
@@ -88,14 +123,63 @@ int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llm
     return status;
 }
 
+int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, uint64_t budget,
+                          uint64_t in_use)
+{
+    if (!c->attached) {
+        int32_t parts = 0, layers = 0;
+        LLMT_TRY(llmt_optimizer_get_offload(opt, &parts, &layers));
+        c->opt = !opt->comm && parts == LLMT_OFFLOAD_NONE ? opt : NULL;
+        c->attached = 1;
+    }
+    if (!c->opt)
+        return LLMT_OK;
+    uint8_t *flags = malloc((size_t)c->layers);
+    if (!flags)
+        return llmt_fail(LLMT_ENOMEM, "controller: out of memory");
+    int32_t micro = 0, target = 0;
+    llmt_controller_notch(c, k, flags, &micro, &target);
+    free(flags);
+    int32_t parts = target ? LLMT_OFFLOAD_OPTIMIZER : LLMT_OFFLOAD_NONE, now = 0, layers = 0;
+    LLMT_TRY(llmt_optimizer_get_offload(c->opt, &now, &layers));
+    if (layers == target)
+        return LLMT_OK;
+    /* The move holds the old and the new device segments at once. */
+    if (budget && target != LLMT_OFFLOAD_ALL_LAYERS &&
+        in_use + device_state_bytes(c->opt, target) > budget)
+        LLMT_TRY(llmt_optimizer_set_offload(c->opt, LLMT_OFFLOAD_OPTIMIZER,
+                                            LLMT_OFFLOAD_ALL_LAYERS));
+    return llmt_optimizer_set_offload(c->opt, parts, target);
+}
+
+/* Whether notch k is an offload rung that changes nothing: the optimizer
+ * is not placed by the controller. */
+static int idle_rung(const llmt_controller *c, int64_t k)
+{
+    int64_t rc_top = recompute_top(c);
+    return !c->opt && k > rc_top && k <= rc_top + c->layers + 1;
+}
+
+int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k)
+{
+    if (k <= c->base)
+        return k;
+    int64_t n = k - 1;
+    while (n > c->base && idle_rung(c, n)) /* the base is never an offload rung */
+        n--;
+    return n;
+}
+
 int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limit, int64_t *k)
 {
     for (int64_t n = c->notch + 1; n <= c->max; n++) {
-        uint64_t arena = 0;
-        int rc = llmt_controller_arena_bytes(c, n, &arena);
+        if (idle_rung(c, n))
+            continue;
+        uint64_t bytes = 0;
+        int rc = llmt_controller_bytes(c, n, &bytes);
         if (rc)
             return rc;
-        if (other + arena <= limit) {
+        if (other + bytes <= limit) {
             *k = n;
             return LLMT_OK;
         }
@@ -107,12 +191,12 @@ int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limi
 void llmt_controller_describe(const llmt_controller *c, int64_t k, char *buf, size_t cap)
 {
     uint8_t *flags = malloc((size_t)c->layers);
-    int32_t micro = 0;
+    int32_t micro = 0, offload = 0;
     if (!flags) {
         snprintf(buf, cap, "notch %lld", (long long)k);
         return;
     }
-    llmt_controller_notch(c, k, flags, &micro);
+    llmt_controller_notch(c, k, flags, &micro, &offload);
     size_t used = 0;
     buf[0] = '\0';
     for (int32_t l = 0; l < c->layers && used < cap;) {
@@ -124,6 +208,13 @@ void llmt_controller_describe(const llmt_controller *c, int64_t k, char *buf, si
         used += n > 0 ? (size_t)n : 0;
         l = end + 1;
     }
+    int n = 0;
+    if (used < cap && c->opt && offload == LLMT_OFFLOAD_ALL_LAYERS)
+        n = snprintf(buf + used, cap - used, "; optimizer state offloaded: all");
+    else if (used < cap && c->opt && offload > 0)
+        n = snprintf(buf + used, cap - used, "; optimizer state offloaded: embedding and "
+                     "layers 0-%d", offload - 1);
+    used += n > 0 ? (size_t)n : 0;
     if (used < cap)
         snprintf(buf + used, cap - used, "; micro-batch %d", micro);
     free(flags);

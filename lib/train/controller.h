@@ -1,15 +1,21 @@
 /* The adaptive memory controller: a ladder of "notches", each a recompute
- * policy per layer and a micro-batch, ordered from lightest to heaviest:
- * first every layer in turn climbs the recompute ladder one level (FFN
- * activation, + attention core, attention core + FFN, full), then the
- * micro-batch halves (ceil) down to 1 with full recompute. The arena bytes
- * of any notch come from the layout function the model allocates with, so
- * predictions are exact. */
+ * policy per layer, an optimizer placement and a micro-batch, ordered from
+ * lightest to heaviest: first every layer in turn climbs the recompute
+ * ladder one level (FFN activation, + attention core, attention core + FFN,
+ * full); then, with full recompute, the optimizer's state of layers [0, k)
+ * moves to host memory for k = 1..layers, then all of it (the offload
+ * rungs); then the micro-batch halves (ceil) down to 1. The offload rungs
+ * are always numbered (so a checkpoint's notch means the same whatever the
+ * optimizer), but they move state only for an optimizer the controller
+ * places (llmt_controller_place); for any other they equal full recompute
+ * and are passed over. The bytes of any notch come from the functions the
+ * model and optimizer allocate with, so predictions are exact. */
 #ifndef LLMT_TRAIN_CONTROLLER_H
 #define LLMT_TRAIN_CONTROLLER_H
 
 #include <stdint.h>
 
+#include "llmt/optimizer.h"
 #include "llmt/recompute.h"
 #include "llmt/slicer.h"
 #include "model/model_internal.h"
@@ -23,6 +29,11 @@ typedef struct llmt_controller {
     int32_t base_level;      /* ladder level the configuration starts at */
     int32_t base_micro;      /* micro-batch the configuration starts at */
     int64_t notch, base, max; /* current, lowest allowed, highest */
+    /* Set by the first llmt_controller_place: the optimizer whose state the
+     * offload rungs place, or NULL when they do not (sharded, or placed by
+     * its owner); attached says the decision is made. */
+    llmt_optimizer *opt;
+    int attached;
 } llmt_controller;
 
 /* Sets up the ladder for a model, global batch, sequence length and the
@@ -30,20 +41,47 @@ typedef struct llmt_controller {
 void llmt_controller_init(llmt_controller *c, const llmt_model *m, int32_t batch, int32_t seq,
                           int32_t policy, int32_t micro_batch);
 
-/* Recompute flags of every layer (layers entries) and the micro-batch of notch k. */
-void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, int32_t *micro);
+/* Recompute flags of every layer (layers entries), the micro-batch and the
+ * optimizer offload (0: none; k: layers [0, k); LLMT_OFFLOAD_ALL_LAYERS) of
+ * notch k. */
+void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, int32_t *micro,
+                           int32_t *offload_layers);
 
-/* Bytes of the activation arena (activations + workspace) of notch k. */
-int llmt_controller_arena_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes);
+/* Device bytes notch k needs that depend on the notch: the activation
+ * arena (activations + workspace), plus, for a placed optimizer, its state
+ * left on the device. */
+int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes);
 
-/* Applies notch k to the recompute handle and the slicer. */
+/* Device bytes of the placed optimizer's state now (0 when the controller
+ * places none): the share of llmt_controller_bytes that is allocated
+ * between steps. */
+uint64_t llmt_controller_placed_bytes(const llmt_controller *c);
+
+/* Applies notch k's recompute and micro-batch to the recompute handle and
+ * the slicer (the placement is llmt_controller_place's). */
 int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llmt_slicer *s);
 
-/* The smallest notch above the current whose arena, added to `other`
- * bytes, stays within limit; -1 when none. */
+/* On the first call, decides whether the controller places opt: only an
+ * unsharded optimizer that starts without offload. Then moves a placed
+ * optimizer's state to notch k's offload (nothing when it is there already);
+ * when the new device segment would not fit beside the old one under
+ * budget (0: none) with in_use bytes allocated, it moves through "all
+ * offloaded" (no device bytes) so the move needs no more than the end
+ * state. On failure (LLMT_ENOMEM naming the budget or host budget) the
+ * placement is as it was. */
+int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, uint64_t budget,
+                          uint64_t in_use);
+
+/* The notch below k that changes something (the offload rungs of an
+ * unplaced optimizer change nothing); k itself when k is the base. */
+int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k);
+
+/* The smallest notch above the current whose bytes, added to `other`
+ * bytes, stay within limit; -1 when none. */
 int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limit, int64_t *k);
 
-/* Text "ffn_act on layers 0-3, none on 4-7; micro-batch 8" of notch k. */
+/* Text "ffn_act on layers 0-3, none on 4-7; micro-batch 8" of notch k, with
+ * "; optimizer offloaded: ..." for a placed optimizer's offload rungs. */
 void llmt_controller_describe(const llmt_controller *c, int64_t k, char *buf, size_t cap);
 
 #endif

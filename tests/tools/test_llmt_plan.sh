@@ -6,7 +6,10 @@
 # (checked against the tool's own table) unless --precision pins one;
 # --backend cuda plans without a device where the CUDA plugin is built, and
 # says the build has none where it is not; --world N plans one rank of a
-# ZeRO-1 run (checked against the sharding rule by hand), --rank R another.
+# ZeRO-1 run (checked against the sharding rule by hand), --rank R another;
+# --offload optimizer [--offload-layers K] moves AdamW's bytes to the host
+# column (checked by hand), and with --budget offloads the fewest layers that
+# fit after full recompute.
 # Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
 set -eu
 tool=$1
@@ -72,6 +75,15 @@ usage_error "--world 1e3" -- --preset small --world 1e3
 usage_error "--rank 2" "needs --world" -- --preset small --rank 2
 usage_error "--rank 8" "--world 8" -- --preset small --world 8 --rank 8
 usage_error "--rank -1" -- --preset small --world 8 --rank -1
+usage_error "--offload grads" "gradient offload is not built" -- --preset small --offload grads
+usage_error "--offload Optimizer" -- --preset small --offload Optimizer
+usage_error "--offload-layers 3" "needs --offload optimizer" -- --preset small --offload-layers 3
+usage_error "--offload-layers 3" "needs --offload optimizer" -- \
+    --preset small --offload none --offload-layers 3
+for bad in 9 -1 x 3x 1e1 " 3" ALL 99999999999999999999; do
+    usage_error "--offload-layers $bad" "0..8" -- \
+        --preset small --offload optimizer --offload-layers "$bad"
+done
 
 # The parameter count of preset small (vocab 8192, hidden 512, 8 layers, 8
 # heads of 64, 8 kv heads, ffn 1408, untied): embedding and LM head, per layer
@@ -89,7 +101,7 @@ grep -q "($params parameters)" "$tmp/out" || fail "not $params parameters: $(cat
 # GiB, at micro-batch 1) is within the budget, and the lightest such policy.
 expected_fit() { # budget-GiB < table
     awk -v budget="$1" '
-        NF == 8 && $1 ~ /^(fp32|bf16_mixed|fp16_mixed|bf16_pure)$/ { peak[$1 " " $2] = $8 }
+        NF == 9 && $1 ~ /^(fp32|bf16_mixed|fp16_mixed|bf16_pure)$/ { peak[$1 " " $2] = $8 }
         END {
             split("fp32 bf16_mixed fp16_mixed bf16_pure", precs, " ")
             split("none ffn_act attn_core+ffn_act attn_core+ffn full", ladder, " ")
@@ -155,12 +167,71 @@ want=$(expected_fit 40 < "$tmp/out")
 grep -qF "budget 40.00 GiB per rank: $want" "$tmp/out" ||
     fail "per rank: not '$want': $(tail -5 "$tmp/out")"
 
+# --offload optimizer: AdamW's 12 bytes per parameter (bf16_mixed: two fp32
+# moments and the fp32 master) leave the optimizer column and the peak for
+# the host column; with --offload-layers 4 only those of the embedding and
+# layers 0-3 (stored first) do. The CPU reads host memory: no staging.
+row() { grep "^$1 *$2 " "$tmp/out" | head -n 1; }
+run --preset small --seq 256 --precision bf16_mixed
+base=$(row bf16_mixed none)
+layer=$((2 * d + 2 * d * d + 2 * d * kv + 3 * d * f))
+for k in all 4; do
+    if [ $k = all ]; then host=$params; else host=$((v * d + k * layer)); fi
+    run --preset small --seq 256 --precision bf16_mixed --offload optimizer --offload-layers $k
+    [ "$status" = 0 ] || fail "--offload-layers $k: exit $status: $(cat "$tmp/err")"
+    got=$(row bf16_mixed none)
+    want=$(echo "$base" | awk -v h="$host" -v p="$params" '{ g = 1073741824
+        printf "%.2f %.2f %.2f", 12 * (p - h) / g, $8 - 12 * h / g, 12 * h / g }')
+    have=$(echo "$got" | awk '{ print $5, $8, $9 }')
+    # The peak is rounded twice in $want: allow 0.01 there.
+    echo "$want $have" | awk '{ d = $2 - $5; exit !($1 == $4 && $3 == $6 && d < 0.0101 && d > -0.0101) }' ||
+        fail "--offload-layers $k: optimizer, peak, host not $want: $got"
+done
+grep -q "the optimizer's state of the embedding and layers 0-3 offloaded" "$tmp/out" ||
+    fail "--offload-layers 4: the header does not say so: $(head -n 1 "$tmp/out")"
+run --preset small --seq 256 --precision bf16_mixed --offload none
+[ "$(row bf16_mixed none)" = "$base" ] || fail "--offload none changed the plan"
+
+# --budget with --offload optimizer: LLaMA-7B in fp32 (tried first) needs
+# 8 bytes per parameter of AdamW state; with full recompute (the table's
+# peak) it fits 80 GiB once the embedding (32000 x 4096) and K layers of
+# 202383360 parameters are offloaded, for the least such K.
+run --preset llama-7b --precision fp32
+full=$(row fp32 full)
+run --preset llama-7b --budget 80GiB --offload optimizer
+[ "$status" = 0 ] || fail "--offload optimizer --budget 80GiB: exit $status: $(cat "$tmp/err")"
+want=$(echo "$full" | awk '{ g = 1073741824; e = 32000 * 4096; l = 202383360
+    for (k = 1; $8 - 8 * (e + k * l) / g > 80; k++) {}
+    printf "fp32, micro-batch 1 with recompute full, the optimizer'"'"'s state of the embedding " \
+        "and layers 0-%d offloaded (host %.2f GiB) fits", k - 1, 8 * (e + k * l) / g }')
+grep -qF "budget 80.00 GiB: $want" "$tmp/out" || fail "not '$want': $(tail -n 2 "$tmp/out")"
+# A budget that recompute meets alone: no offload.
+run --preset small --seq 256 --precision bf16_mixed --budget 1GiB --offload optimizer
+grep -qxF "budget 1.00 GiB: bf16_mixed, micro-batch 1 with recompute none fits" "$tmp/out" ||
+    fail "--budget 1GiB --offload optimizer: $(tail -n 1 "$tmp/out")"
+# --offload-layers pins the placement in the fit.
+run --preset llama-7b --budget 80GiB --precision fp32 --offload optimizer --offload-layers 2
+[ "$status" = 1 ] || fail "--offload-layers 2 --budget 80GiB: exit $status, not 1"
+grep -q "fp32 does not fit: micro-batch 1 with full recompute and the given offload" "$tmp/out" ||
+    fail "--offload-layers 2 --budget 80GiB: $(tail -n 2 "$tmp/out")"
+# A sharded optimizer does not offload in this stage: the library says so.
+run --preset small --world 2 --offload optimizer
+[ "$status" = 1 ] && grep -q "sharded optimizer is not built" "$tmp/err" ||
+    fail "--world 2 --offload optimizer: exit $status: $(cat "$tmp/err")"
+
 # CUDA: arithmetic only, so no GPU or driver is needed.
 run --preset small --seq 256 --backend cuda
 if [ "$cuda" = ON ]; then
     [ "$status" = 0 ] || fail "--backend cuda: exit $status: $(cat "$tmp/err")"
     grep -q "($params parameters)" "$tmp/out" || fail "cuda: not $params parameters"
     grep -q "cuda backend" "$tmp/out" || fail "cuda: the header does not say cuda"
+    # Offloaded on CUDA: two staging buffers of min(params, 2^22) bf16
+    # elements (gradients in, weights out) join the host bytes.
+    run --preset small --seq 256 --backend cuda --precision bf16_mixed --offload optimizer
+    want=$(awk -v p="$params" 'BEGIN { s = p < 4194304 ? p : 4194304
+        printf "%.2f", (12 * p + 2 * 2 * s) / 1073741824 }')
+    [ "$(row bf16_mixed none | awk '{ print $9 }')" = "$want" ] ||
+        fail "cuda --offload optimizer: host not $want: $(row bf16_mixed none)"
 else
     [ "$status" = 1 ] || fail "--backend cuda without the plugin: exit $status, not 1"
     grep -q "has none (configure with -DLLMT_CUDA=ON)" "$tmp/err" ||

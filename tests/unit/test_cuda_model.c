@@ -1,8 +1,9 @@
 /* The whole model on the CUDA backend against the CPU backend: every
  * parameter gradient of one step, 50 steps of AdamW training, two CUDA runs
  * giving the same bits, recompute giving the bits of keeping everything,
- * slicing giving the unsliced gradient, and weights saved and loaded through
- * the CUDA staging path. Without a usable
+ * slicing giving the unsliced gradient, weights saved and loaded through
+ * the CUDA staging path, and optimizer offload giving the device
+ * optimizer's bits. Without a usable
  * CUDA device every test calls skip() and the program exits 77, which CTest
  * reports as skipped; under LLMT_REQUIRE_CUDA=1 every test fails instead
  * (cuda_required.h).
@@ -410,8 +411,108 @@ static void test_safetensors_roundtrip(void **state)
     llmt_context_free(ctx);
 }
 
-int main(void)
+/* ---- optimizer offload: the host's AdamW gives the device's bits */
+
+/* Weights then every state tensor of o, as fp32, appended to out. */
+static float *weights_and_state(llmt_model *m, llmt_optimizer *o, size_t *len)
 {
+    size_t n = 0;
+    float *w = get_all(m, 0, &n);
+    int kinds = llmt_optimizer_state_dtype(o, LLMT_OPT_STATE_MASTER) >= 0 ? 3 : 2;
+    float *out = realloc(w, n * (size_t)(1 + kinds) * sizeof *out);
+    assert_non_null(out);
+    size_t at = n;
+    for (int k = 0; k < kinds; k++)
+        for (int32_t i = 0; i < llmt_model_num_tensors(m); i++) {
+            llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
+            assert_int_equal(llmt_model_tensor_info(m, i, &info), LLMT_OK);
+            assert_int_equal(llmt_optimizer_get_state(o, k, info.name, out + at, (size_t)info.numel),
+                             LLMT_OK);
+            at += (size_t)info.numel;
+        }
+    *len = at;
+    return out;
+}
+
+/* N steps on CUDA with the optimizer's state placed at (parts, layers) from
+ * creation and moved to (parts2, layers2) after step N / 2. */
+static float *offload_train(int precision, int32_t parts, int32_t layers, int32_t parts2,
+                            int32_t layers2, size_t *len)
+{
+    enum { N = 4 };
+    llmt_context *ctx = make_ctx(LLMT_BACKEND_CUDA);
+    llmt_model_config c = config(precision, 0);
+    llmt_model *m = NULL;
+    llmt_optimizer *o = NULL;
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.lr = 3e-3;
+    oc.weight_decay = 0.01;
+    oc.offload_parts = parts;
+    oc.offload_layers = layers;
+    assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    assert_int_equal(llmt_optimizer_create(&o, m, &oc), LLMT_OK);
+    int32_t tokens[B * T], targets[B * T];
+    for (int step = 0; step < N; step++) {
+        if (step == N / 2)
+            assert_int_equal(llmt_optimizer_set_offload(o, parts2, layers2), LLMT_OK);
+        make_batch(step, tokens, targets);
+        double loss = 0;
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_int_equal(llmt_model_forward_backward(m, tokens, targets, B, T, 1.0, 0, &loss),
+                         LLMT_OK);
+        assert_int_equal(llmt_optimizer_step(o, NULL, NULL), LLMT_OK);
+    }
+    if (parts2 != LLMT_OFFLOAD_NONE) { /* host state and its staging are accounted */
+        llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
+        assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
+        assert_true(s.current[LLMT_MEM_HOST_STATE] > 0);
+    }
+    float *out = weights_and_state(m, o, len);
+    llmt_optimizer_free(o);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+    return out;
+}
+
+/* In each precision mode, the optimizer state offloaded whole, for layer 0
+ * only, or moved mid-run (none -> all, layer 1 -> none) gives the weights
+ * and state of the device's optimizer bit for bit: the host runs the CPU
+ * kernel, which the CUDA kernel matches (-fmad=false), stochastic rounding
+ * included. */
+static void test_offload_same_bits(void **state)
+{
+    (void)state;
+    need_cuda();
+    const int precisions[4] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
+                               LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
+    const int32_t runs[4][4] = {
+        {LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
+        {LLMT_OFFLOAD_OPTIMIZER, 1, LLMT_OFFLOAD_OPTIMIZER, 1},
+        {LLMT_OFFLOAD_NONE, 0, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
+        {LLMT_OFFLOAD_OPTIMIZER, 1, LLMT_OFFLOAD_NONE, 0}};
+    for (int p = 0; p < 4; p++) {
+        size_t n_ref = 0;
+        float *ref = offload_train(precisions[p], LLMT_OFFLOAD_NONE, 0, LLMT_OFFLOAD_NONE, 0, &n_ref);
+        for (int r = 0; r < 4; r++) {
+            size_t n = 0;
+            float *got = offload_train(precisions[p], runs[r][0], runs[r][1], runs[r][2],
+                                       runs[r][3], &n);
+            assert_int_equal(n, n_ref);
+            if (memcmp(ref, got, n * sizeof *got))
+                fail_msg("precision %d, offload (%d, %d) then (%d, %d): weights or state differ "
+                         "from the device optimizer's", precisions[p], runs[r][0], runs[r][1],
+                         runs[r][2], runs[r][3]);
+            free(got);
+        }
+        free(ref);
+    }
+}
+
+/* An argument runs only the tests whose names match it (cmocka's filter). */
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     llmt_context_config cfg = LLMT_CONTEXT_CONFIG_INIT;
     cfg.backend = LLMT_BACKEND_CUDA;
     llmt_context *probe = NULL;
@@ -433,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_recompute_same_bits),
         cmocka_unit_test(test_slicing_matches_unsliced),
         cmocka_unit_test(test_safetensors_roundtrip),
+        cmocka_unit_test(test_offload_same_bits),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     /* 77: CTest's SKIP_RETURN_CODE for this test (tests/CMakeLists.txt). */

@@ -176,7 +176,12 @@ static void test_settings(void **state)
     assert_int_equal(llmt_optimizer_get(o, LLMT_OPT_WARMUP_STEPS, &v), LLMT_OK);
     assert_true(v == 10);
     assert_true(llmt_optimizer_lr(o) == 0.05); /* warmup step 1 of 10 */
-    llmt_optimizer_config got;
+    llmt_optimizer_config got = LLMT_OPTIMIZER_CONFIG_INIT;
+    got.version = 0; /* unset: refused, nothing written */
+    assert_int_equal(llmt_optimizer_get_config(o, &got), LLMT_EVERSION);
+    assert_contains(llmt_error_last(), "out->version = 0");
+    assert_true(got.lr == 3e-4);
+    got.version = LLMT_OPTIMIZER_CONFIG_VERSION;
     assert_int_equal(llmt_optimizer_get_config(o, &got), LLMT_OK);
     assert_true(got.lr == 0.5 && got.warmup_steps == 10);
 

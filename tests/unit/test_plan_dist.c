@@ -378,15 +378,15 @@ static void test_errors_named(void **state)
     pc.ordered_accumulation = 2;
     expect_error(pc, LLMT_EINVAL, "cfg->ordered_accumulation = 2");
     pc = tiny(fp32, 0, -1);
-    pc.version = 3;
-    expect_error(pc, LLMT_EVERSION, "cfg->version = 3, this library knows 1..2");
+    pc.version = 4;
+    expect_error(pc, LLMT_EVERSION, "cfg->version = 4, this library knows 1..3");
     pc.version = 0;
     expect_error(pc, LLMT_EVERSION, "cfg->version = 0");
     pc = tiny(fp32, 0, -1);
     llmt_plan p = LLMT_PLAN_INIT;
-    p.version = 3;
+    p.version = 4;
     assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CPU, 1, &pc, &p), LLMT_EVERSION);
-    assert_contains(llmt_error_last(), "out->version = 3, this library knows 1..2");
+    assert_contains(llmt_error_last(), "out->version = 4, this library knows 1..3");
 }
 
 /* A communicator of one process: every collective moves this rank's bytes

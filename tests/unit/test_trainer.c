@@ -150,6 +150,10 @@ static void test_adapts_to_a_budget_the_batch_does_not_fit(void **state)
     assert_string_equal(free_run.log, ""); /* nothing to adapt to */
 
     rig_open(&tight, 1000, NULL);
+    /* The owner places the optimizer (nothing offloaded), so the controller
+     * keeps its state on the device and the micro-batch must shrink
+     * (test_adapt_offload.c has the controller offload it). */
+    assert_int_equal(llmt_optimizer_set_offload(tight.opt, LLMT_OFFLOAD_OPTIMIZER, 0), LLMT_OK);
     uint64_t full = arena(&tight, B, LLMT_RECOMPUTE_NONE), quarter = arena(&tight, B / 4, LLMT_RECOMPUTE_FULL);
     assert_true(quarter < full / 2);
     /* Room for a quarter micro-batch with full recompute, not for the batch. */
@@ -199,6 +203,8 @@ static void test_fails_fast_when_nothing_fits(void **state)
     (void)state;
     rig r;
     rig_open(&r, 1000, NULL);
+    /* Placed by its owner: offloading the optimizer is not on the ladder. */
+    assert_int_equal(llmt_optimizer_set_offload(r.opt, LLMT_OFFLOAD_OPTIMIZER, 0), LLMT_OK);
     uint64_t least = arena(&r, 1, LLMT_RECOMPUTE_FULL);
     assert_int_equal(llmt_context_set_budget(r.ctx, in_use(&r) + least / 2), LLMT_OK);
     llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};

@@ -28,7 +28,7 @@ from .errors import (Busy, CommError, ConfigWarning, CorruptData, CudaError, Inv
 from .generate import Generator, decode_bytes, generate
 from .model import Model, Recompute, Slicer
 from .optim import LossScaler, LossScalerState, Optimizer, UpdateReport
-from .plan import Plan, plan, plan_fit
+from .plan import Plan, plan, plan_fit, plan_fit_offload
 from .trainer import StepReport, Trainer
 
 __version__ = "0.1.0"
@@ -42,5 +42,5 @@ __all__ = [
     "OutOfMemory", "Plan", "Recompute", "RngState", "Slicer", "StateError", "StepReport",
     "TOKEN_EOT", "TokenizeReport", "TrainConfig", "Trainer", "Unsupported", "UpdateReport",
     "VersionError", "byte_decode", "byte_encode", "decode_bytes", "generate", "library_path", "library_version", "plan",
-    "plan_fit", "recompute_policy_name", "shard_write", "tokenize_files",
+    "plan_fit", "plan_fit_offload", "recompute_policy_name", "shard_write", "tokenize_files",
 ]

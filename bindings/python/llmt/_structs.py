@@ -10,7 +10,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_double, c
 # Constants of the headers this binding was written for.
 VERSION_NUMBER = 100               # LLMT_VERSION_NUMBER of 0.1.0
 MEM_CATEGORY_SLOTS = 8             # LLMT_MEM_CATEGORY_SLOTS
-MEM_CATEGORY_COUNT = 6             # LLMT_MEM_CATEGORY_COUNT
+MEM_CATEGORY_COUNT = 7             # LLMT_MEM_CATEGORY_COUNT
 CONFIG_PATH_MAX = 1024             # LLMT_CONFIG_PATH_MAX
 BYTE_VOCAB = 257                   # LLMT_BYTE_VOCAB
 TOKEN_EOT = 256                    # LLMT_TOKEN_EOT
@@ -67,18 +67,20 @@ class llmt_generator(Structure):
 # ---- context.h
 
 class llmt_context_config(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32), ("backend", c_int32), ("device", c_int32),
-                ("num_threads", c_int32), ("memory_budget", c_uint64), ("seed", c_uint64)]
+                ("num_threads", c_int32), ("memory_budget", c_uint64), ("seed", c_uint64),
+                ("host_memory_budget", c_uint64)]
 
 
 class llmt_memory_stats(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32), ("category_count", c_uint32),
                 ("current", c_uint64 * MEM_CATEGORY_SLOTS),
                 ("peak", c_uint64 * MEM_CATEGORY_SLOTS),
                 ("total_current", c_uint64), ("total_peak", c_uint64), ("budget", c_uint64),
-                ("device_total", c_uint64), ("device_free", c_uint64)]
+                ("device_total", c_uint64), ("device_free", c_uint64),
+                ("host_budget", c_uint64)]
 
 
 class llmt_rng_state(Structure):
@@ -137,11 +139,12 @@ class llmt_loss_scaler_state(Structure):
 # ---- optimizer.h
 
 class llmt_optimizer_config(Structure):
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint32), ("lr", c_double), ("beta1", c_double),
                 ("beta2", c_double), ("eps", c_double), ("weight_decay", c_double),
                 ("decay_norms", c_int32), ("grad_clip", c_double), ("schedule", c_int32),
-                ("warmup_steps", c_int64), ("total_steps", c_int64), ("min_lr", c_double)]
+                ("warmup_steps", c_int64), ("total_steps", c_int64), ("min_lr", c_double),
+                ("offload_parts", c_int32), ("offload_layers", c_int32)]
 
 
 class llmt_update_report(Structure):
@@ -153,24 +156,25 @@ class llmt_update_report(Structure):
 # ---- plan.h
 
 class llmt_plan_config(Structure):
-    VERSION = 2
+    VERSION = 3
     _fields_ = [("version", c_uint32), ("model", llmt_model_config), ("recompute", c_int32),
                 ("layer_recompute", POINTER(c_int32)), ("micro_batch", c_int32),
                 ("seq_len", c_int32), ("with_optimizer", c_int32), ("world_size", c_int32),
-                ("rank", c_int32), ("batch_size", c_int32), ("ordered_accumulation", c_int32)]
+                ("rank", c_int32), ("batch_size", c_int32), ("ordered_accumulation", c_int32),
+                ("offload_parts", c_int32), ("offload_layers", c_int32)]
 
 
 class llmt_plan(Structure):
-    VERSION = 2
+    VERSION = 3
     _fields_ = [("version", c_uint32), ("bytes", c_uint64 * MEM_CATEGORY_SLOTS),
                 ("peak", c_uint64), ("num_params", c_int64), ("rank", c_int32),
-                ("shard_first", c_int64), ("shard_end", c_int64)]
+                ("shard_first", c_int64), ("shard_end", c_int64), ("host_peak", c_uint64)]
 
 
 # ---- config.h
 
 class llmt_train_config(Structure):
-    VERSION = 2
+    VERSION = 3
     _fields_ = [("version", c_uint32),
                 ("model", llmt_model_config), ("optimizer", llmt_optimizer_config),
                 ("loss_scale", llmt_loss_scaler_config), ("recompute", c_int32),

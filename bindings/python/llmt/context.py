@@ -27,7 +27,8 @@ class Context(Handle):
 
     Keyword arguments are the fields of llmt_context_config over its defaults:
     ``backend`` ("cpu", "cuda" or 0/1), ``device``, ``num_threads`` (0: all
-    cores), ``memory_budget`` (bytes, 0: none), ``seed``.
+    cores), ``memory_budget`` (bytes, 0: none), ``seed``, ``host_memory_budget``
+    (bytes of "host_state", 0: none).
     Everything made from a context is closed before it.
     """
 
@@ -51,17 +52,19 @@ class Context(Handle):
 
     def memory_stats(self):
         """The accounting as a dict: each category name ("params", "grads",
-        "optimizer", "activations", "workspace", "staging") maps to
-        {"current": bytes, "peak": bytes}; "total" likewise (its peak is the
-        peak of the sum); and "budget", "device_total", "device_free" in bytes
-        (0 when none or unknown)."""
+        "optimizer", "activations", "workspace", "staging", "host_state") maps
+        to {"current": bytes, "peak": bytes}; "total" likewise, over every
+        category but "host_state" (its peak is the peak of the sum); and
+        "budget", "host_budget", "device_total", "device_free" in bytes (0 when
+        none or unknown)."""
         st = S.new(S.llmt_memory_stats)
         lib.llmt_context_memory_stats(self._ptr, ctypes.byref(st))
         out = {lib.llmt_mem_category_name(i).decode(): {"current": st.current[i],
                                                          "peak": st.peak[i]}
                for i in range(st.category_count)}
         out["total"] = {"current": st.total_current, "peak": st.total_peak}
-        out.update(budget=st.budget, device_total=st.device_total, device_free=st.device_free)
+        out.update(budget=st.budget, host_budget=st.host_budget, device_total=st.device_total,
+                   device_free=st.device_free)
         return out
 
     def reset_peak(self):
@@ -71,6 +74,11 @@ class Context(Handle):
     def set_budget(self, budget):
         """Sets the budget in bytes (0: none); below what is in use is refused."""
         lib.llmt_context_set_budget(self._ptr, budget)
+
+    def set_host_budget(self, budget):
+        """Sets the budget of "host_state" in bytes (0: none); below what it
+        holds is refused."""
+        lib.llmt_context_set_host_budget(self._ptr, budget)
 
     @property
     def rng_state(self):

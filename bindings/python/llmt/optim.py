@@ -14,6 +14,8 @@ from .errors import InvalidArgument
 
 # llmt_reduce_mode, by name.
 REDUCE_MODES = ("deterministic", "fast")
+OFFLOAD_PARTS = ("none", "optimizer")  # llmt_offload_part
+ALL_LAYERS = -1                       # LLMT_OFFLOAD_ALL_LAYERS
 
 UpdateReport = namedtuple("UpdateReport", "step skipped grad_norm lr loss_scale")
 UpdateReport.__doc__ = "What one optimizer step did (llmt_update_report)."
@@ -73,7 +75,8 @@ class Optimizer(Handle):
     Keyword arguments are the fields of llmt_optimizer_config over its
     defaults: lr, beta1, beta2, eps, weight_decay, decay_norms, grad_clip,
     schedule ("constant", "cosine", "linear"), warmup_steps, total_steps,
-    min_lr. State kinds are "exp_avg", "exp_avg_sq", "master" (or 0..2).
+    min_lr, offload_parts ("none", "optimizer"), offload_layers (-1: all).
+    State kinds are "exp_avg", "exp_avg_sq", "master" (or 0..2).
 
     With ``comm`` (a Comm), a ZeRO-1 optimizer sharded over its ranks
     (llmt_optimizer_create_sharded; collective: the ranks' models must
@@ -88,7 +91,8 @@ class Optimizer(Handle):
     def __init__(self, model, *, comm=None, reduce=None, **config):
         cfg = init_struct(S.llmt_optimizer_config, lib.llmt_optimizer_config_init)
         fill_struct(cfg, config, "Optimizer",
-                    {"schedule": lambda v: enum(v, SCHEDULES, "schedule"), "decay_norms": int})
+                    {"schedule": lambda v: enum(v, SCHEDULES, "schedule"), "decay_norms": int,
+                     "offload_parts": lambda v: enum(v, OFFLOAD_PARTS, "offload_parts")})
         out = ctypes.POINTER(S.llmt_optimizer)()
         if comm is None:
             if reduce is not None:
@@ -111,6 +115,20 @@ class Optimizer(Handle):
         first, end = ctypes.c_int64(), ctypes.c_int64()
         lib.llmt_optimizer_shard(self._ptr, ctypes.byref(first), ctypes.byref(end))
         return first.value, end.value
+
+    def set_offload(self, parts, layers=ALL_LAYERS):
+        """Moves the state of the flat prefix chosen by layers (-1: all; k:
+        the embedding and layers 0..k-1) to host memory ("optimizer") or all
+        of it to the device ("none"); results stay bitwise the same
+        (llmt_optimizer_set_offload)."""
+        lib.llmt_optimizer_set_offload(self._ptr, enum(parts, OFFLOAD_PARTS, "parts"), layers)
+
+    @property
+    def offload(self):
+        """(parts, layers) as set_offload took them; ("none", 0) without offload."""
+        parts, layers = ctypes.c_int32(), ctypes.c_int32()
+        lib.llmt_optimizer_get_offload(self._ptr, ctypes.byref(parts), ctypes.byref(layers))
+        return OFFLOAD_PARTS[parts.value], layers.value
 
     def get(self, param):
         """A setting by name ("lr", "beta1", ..., "min_lr") as a float."""

@@ -115,8 +115,8 @@ def test_logits_agree_with_the_loss(ctx):
 def test_memory_stats_count_bytes_per_parameter(precision, weight, optimizer):
     with llmt.Context(num_threads=2) as ctx:
         stats = ctx.memory_stats()
-        assert set(stats) == set(llmt.CATEGORIES) | {"total", "budget", "device_total",
-                                                      "device_free"}
+        assert set(stats) == set(llmt.CATEGORIES) | {"total", "budget", "host_budget",
+                                                      "device_total", "device_free"}
         assert stats["total"] == {"current": 0, "peak": 0} and stats["budget"] == 0
         model = llmt.Model(ctx, **SMALL_MODEL, tie_embeddings=True, precision=precision)
         n = model.num_params

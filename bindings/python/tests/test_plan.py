@@ -84,3 +84,34 @@ def test_plan_per_rank(ctx):
     assert ordered.bytes["grads"] == 2 * 4 * n
     with pytest.raises(llmt.InvalidArgument, match=r"cfg->rank = 4 \(must be -1"):
         llmt.plan(ctx, world_size=4, rank=4, **args)
+
+
+def test_plan_with_optimizer_offload(ctx):
+    """The fields of llmt_plan_config v3 reach the library: the offloaded
+    state is in host_state (fp32: two moments, 8 bytes a parameter), not in
+    the optimizer's bytes or the device peak."""
+    args = dict(model=SMALL_MODEL, micro_batch=2, seq_len=32)
+    n = expected_params(**SMALL_MODEL, tied=False)
+    on = llmt.plan(ctx, offload_parts=1, offload_layers=-1, **args)
+    off = llmt.plan(ctx, **args)
+    assert (on.bytes["optimizer"], on.bytes["host_state"]) == (0, 8 * n)
+    assert on.peak == off.peak - 8 * n
+
+
+def test_plan_fit_offload_and_host_peak(ctx):
+    """plan_fit_offload climbs to offload before halving the micro-batch:
+    one byte under full recompute's device peak buys one offloaded layer at
+    the same micro-batch; the offloaded plan's host_peak is its host_state."""
+    args = dict(model=SMALL_MODEL, micro_batch=2, seq_len=32)
+    full = llmt.plan(ctx, recompute="full", **args)
+    assert full.host_peak == 0
+    micro, policy, layers = llmt.plan_fit_offload(ctx, full.peak - 1, offload_parts="optimizer",
+                                                  **args)
+    assert (micro, layers) == (2, 1) and llmt.recompute_policy_name(policy) == "full"
+    one = llmt.plan(ctx, recompute="full", offload_parts="optimizer", offload_layers=1, **args)
+    assert one.peak <= full.peak - 1 and one.host_peak == one.bytes["host_state"] > 0
+    assert llmt.plan_fit(ctx, full.peak - 1, **args)[0] == 1  # without offload: halves
+    with pytest.raises(ValueError, match="offload_parts: 'grads'"):
+        llmt.plan(ctx, offload_parts="grads", **args)
+    with pytest.raises(llmt.InvalidArgument, match="offload_parts"):
+        llmt.plan(ctx, offload_parts=2, **args)

@@ -1,0 +1,335 @@
+/* Optimizer offload: where the optimizer's state lives (a host segment
+ * [first, split) and a device segment [split, end)), moving it between
+ * placements, and the AdamW update of the host segment with the CPU
+ * backend's kernel, so that offload changes no bit of the result. */
+#include <string.h>
+
+#include "core/context_internal.h"
+#include "core/error.h"
+#include "model/model_internal.h"
+#include "model/transfer.h"
+#include "optim/offload.h"
+#include "optim/optim_internal.h"
+
+int64_t llmt_offload_prefix(const llmt_model *m, int32_t parts, int32_t layers)
+{
+    if (parts == LLMT_OFFLOAD_NONE || layers == 0)
+        return 0;
+    if (layers == LLMT_OFFLOAD_ALL_LAYERS)
+        return m->num_params;
+    /* The embedding is stored first, then each layer, then the final norm. */
+    return layers < m->dims.layers ? m->layer[layers].ln1 : m->norm;
+}
+
+int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t num_layers)
+{
+    if (parts != LLMT_OFFLOAD_NONE && parts != LLMT_OFFLOAD_OPTIMIZER)
+        return llmt_fail(LLMT_EINVAL,
+                         "%s: parts = %d is not LLMT_OFFLOAD_NONE (0) or LLMT_OFFLOAD_OPTIMIZER "
+                         "(1); gradient offload is not built yet",
+                         fn, parts);
+    if (parts != LLMT_OFFLOAD_NONE && (layers < LLMT_OFFLOAD_ALL_LAYERS || layers > num_layers))
+        return llmt_fail(LLMT_EINVAL,
+                         "%s: layers = %d is neither LLMT_OFFLOAD_ALL_LAYERS (-1) nor in 0..%lld "
+                         "(the model's layers)",
+                         fn, layers, (long long)num_layers);
+    return LLMT_OK;
+}
+
+size_t llmt_offload_staging_bytes(int host_memory, int64_t host_elems, size_t w_size)
+{
+    if (host_memory || host_elems <= 0)
+        return 0;
+    int64_t k = host_elems < LLMT_OFFLOAD_CHUNK ? host_elems : LLMT_OFFLOAD_CHUNK;
+    return 2 * (size_t)k * w_size;
+}
+
+/* The state buffers of one placement. */
+typedef struct placement {
+    int64_t split;
+    llmt_buf dev[3];  /* m, v, master over [split, end) */
+    llmt_buf host[3]; /* the same over [first, split) */
+    llmt_buf stage_g, stage_w;
+    llmt_device *host_dev;
+} placement;
+
+static void placement_free(llmt_context *ctx, placement *p)
+{
+    for (int k = 0; k < 3; k++) {
+        llmt_buf_free(ctx, &p->dev[k]);
+        llmt_buf_free(ctx, &p->host[k]);
+    }
+    llmt_buf_free(ctx, &p->stage_g);
+    llmt_buf_free(ctx, &p->stage_w);
+    if (p->host_dev)
+        p->host_dev->ops->destroy(p->host_dev);
+    p->host_dev = NULL;
+}
+
+/* Allocates the buffers of split point split; on failure nothing is held. */
+static int placement_alloc(const llmt_optimizer *o, int64_t split, placement *p)
+{
+    static const char *const dev_what[3] = {"AdamW first moment", "AdamW second moment",
+                                            "fp32 master weights"};
+    static const char *const host_what[3] = {"offloaded AdamW first moment",
+                                             "offloaded AdamW second moment",
+                                             "offloaded fp32 master weights"};
+    const llmt_model *m = o->model;
+    llmt_context *ctx = m->ctx;
+    memset(p, 0, sizeof *p);
+    p->split = split;
+    size_t dev_bytes[3], host_bytes[3];
+    llmt_optimizer_sizes(m->cfg.precision, o->end - split, &dev_bytes[0], &dev_bytes[2]);
+    llmt_optimizer_sizes(m->cfg.precision, split - o->first, &host_bytes[0], &host_bytes[2]);
+    dev_bytes[1] = dev_bytes[0];
+    host_bytes[1] = host_bytes[0];
+    int rc = LLMT_OK;
+    for (int k = 0; k < 3 && !rc; k++)
+        rc = llmt_buf_alloc(ctx, &p->dev[k], LLMT_MEM_OPTIMIZER, dev_bytes[k], dev_what[k]);
+    for (int k = 0; k < 3 && !rc; k++)
+        rc = llmt_buf_alloc(ctx, &p->host[k], LLMT_MEM_HOST_STATE, host_bytes[k], host_what[k]);
+    size_t stage = llmt_offload_staging_bytes(m->ops->host_memory, split - o->first,
+                                              llmt_dtype_size(m->dt)) / 2;
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &p->stage_g, LLMT_MEM_HOST_STATE, stage,
+                            "offload staging (gradients)");
+    if (!rc)
+        rc = llmt_buf_alloc(ctx, &p->stage_w, LLMT_MEM_HOST_STATE, stage,
+                            "offload staging (weights)");
+    if (!rc && stage)
+        rc = llmt_cpu_backend_create(ctx->num_threads, &p->host_dev);
+    if (rc)
+        placement_free(ctx, p);
+    return rc;
+}
+
+/* Moves p's buffers into o, whose own must be empty. */
+static void placement_install(llmt_optimizer *o, placement *p)
+{
+    llmt_buf *dev[3] = {&o->m, &o->v, &o->master};
+    llmt_buf *host[3] = {&o->hm, &o->hv, &o->hmaster};
+    for (int k = 0; k < 3; k++) {
+        *dev[k] = p->dev[k];
+        *host[k] = p->host[k];
+    }
+    o->stage_g = p->stage_g;
+    o->stage_w = p->stage_w;
+    o->host_dev = p->host_dev;
+    o->split = p->split;
+}
+
+/* Moves o's buffers into p, leaving o's empty. */
+static void placement_take(llmt_optimizer *o, placement *p)
+{
+    llmt_buf *dev[3] = {&o->m, &o->v, &o->master};
+    llmt_buf *host[3] = {&o->hm, &o->hv, &o->hmaster};
+    for (int k = 0; k < 3; k++) {
+        p->dev[k] = *dev[k];
+        p->host[k] = *host[k];
+        memset(dev[k], 0, sizeof *dev[k]);
+        memset(host[k], 0, sizeof *host[k]);
+    }
+    p->stage_g = o->stage_g;
+    p->stage_w = o->stage_w;
+    p->host_dev = o->host_dev;
+    p->split = o->split;
+    memset(&o->stage_g, 0, sizeof o->stage_g);
+    memset(&o->stage_w, 0, sizeof o->stage_w);
+    o->host_dev = NULL;
+}
+
+void llmt_offload_free(llmt_optimizer *o)
+{
+    placement p;
+    placement_take(o, &p);
+    placement_free(o->model->ctx, &p);
+}
+
+/* The CPU device that runs host-segment ops: the model's own on a backend
+ * whose memory is host memory. */
+static llmt_device *host_device(const llmt_optimizer *o)
+{
+    return o->host_dev ? o->host_dev : o->model->dev;
+}
+
+int llmt_offload_master_from_weights(llmt_optimizer *o)
+{
+    const llmt_model *m = o->model;
+    if (!o->has_master)
+        return LLMT_OK;
+    if (o->end > o->split)
+        LLMT_TRY(m->ops->cast(m->dev, o->master.ptr, LLMT_DTYPE_F32,
+                              llmt_model_at(m, &m->weights, o->split), m->dt, o->end - o->split));
+    if (m->ops->host_memory || o->split == o->first)
+        return o->split > o->first
+                   ? m->ops->cast(m->dev, o->hmaster.ptr, LLMT_DTYPE_F32,
+                                  llmt_model_at(m, &m->weights, o->first), m->dt,
+                                  o->split - o->first)
+                   : LLMT_OK;
+    /* Through the staging, chunk by chunk: widening to fp32 is exact. */
+    size_t wb = llmt_dtype_size(m->dt);
+    llmt_device *hd = host_device(o);
+    for (int64_t c = o->first; c < o->split; c += LLMT_OFFLOAD_CHUNK) {
+        int64_t k = o->split - c < LLMT_OFFLOAD_CHUNK ? o->split - c : LLMT_OFFLOAD_CHUNK;
+        LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_w.ptr, llmt_model_at(m, &m->weights, c),
+                                      (size_t)k * wb));
+        LLMT_TRY(hd->ops->cast(hd, (float *)o->hmaster.ptr + (c - o->first), LLMT_DTYPE_F32,
+                               o->stage_w.ptr, m->dt, k));
+    }
+    return LLMT_OK;
+}
+
+int llmt_offload_alloc(llmt_optimizer *o, int64_t split)
+{
+    const llmt_model *m = o->model;
+    placement p;
+    LLMT_TRY(placement_alloc(o, split, &p));
+    placement_install(o, &p);
+    if (o->hm.bytes) { /* host buffers are host memory on every backend */
+        memset(o->hm.ptr, 0, o->hm.bytes);
+        memset(o->hv.ptr, 0, o->hv.bytes);
+    }
+    LLMT_TRY(m->ops->mem_zero(m->dev, o->m.ptr, o->m.bytes));
+    LLMT_TRY(m->ops->mem_zero(m->dev, o->v.ptr, o->v.bytes));
+    return llmt_offload_master_from_weights(o);
+}
+
+int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, const void *g, int64_t off,
+                        int64_t e)
+{
+    const llmt_model *m = o->model;
+    size_t wb = llmt_dtype_size(m->dt), sb = llmt_dtype_size(o->state_dt);
+    /* Element first + i of the host segment's buffers and of g is at i. */
+    for (int64_t c = off; c < e;) {
+        int64_t k = e - c;
+        int64_t i = c - o->first;
+        a.g = (const char *)g + (size_t)i * wb;
+        a.m = (char *)o->hm.ptr + (size_t)i * sb;
+        a.v = (char *)o->hv.ptr + (size_t)i * sb;
+        a.master = o->has_master ? (float *)o->hmaster.ptr + i : NULL;
+        a.w = llmt_model_at(m, &m->weights, c);
+        a.rng_offset = (uint64_t)o->steps * (uint64_t)m->num_params + (uint64_t)c;
+        if (m->ops->host_memory) {
+            a.n = k;
+            LLMT_TRY(m->ops->adamw(m->dev, &a));
+            c += k;
+            continue;
+        }
+        /* The device's gradients (and weights, when the update reads them)
+         * come to the staging, the CPU kernel updates, the weights go back. */
+        k = k < LLMT_OFFLOAD_CHUNK ? k : LLMT_OFFLOAD_CHUNK;
+        a.n = k;
+        void *w_dev = a.w;
+        LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_g.ptr, a.g, (size_t)k * wb));
+        if (!a.master)
+            LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_w.ptr, w_dev, (size_t)k * wb));
+        a.g = o->stage_g.ptr;
+        a.w = o->stage_w.ptr;
+        LLMT_TRY(o->host_dev->ops->adamw(o->host_dev, &a));
+        LLMT_TRY(m->ops->copy_to_device(m->dev, w_dev, o->stage_w.ptr, (size_t)k * wb));
+        c += k;
+    }
+    return LLMT_OK;
+}
+
+/* The buffers of section sec in o: host and device. */
+static void section_bufs(const llmt_optimizer *o, int sec, const llmt_buf **host,
+                         const llmt_buf **dev)
+{
+    *host = sec == 0 ? &o->hm : sec == 1 ? &o->hv : &o->hmaster;
+    *dev = sec == 0 ? &o->m : sec == 1 ? &o->v : &o->master;
+}
+
+void *llmt_offload_state_base(const llmt_optimizer *o, int sec, int64_t e, int64_t *index)
+{
+    const llmt_buf *host, *dev;
+    section_bufs(o, sec, &host, &dev);
+    int in_host = e < o->split;
+    *index = in_host ? e - o->first : e - o->split;
+    return in_host ? host->ptr : dev->ptr;
+}
+
+int llmt_offload_state_io(const llmt_optimizer *o, int sec, int64_t e0, int64_t n, float *buf,
+                          int to_state)
+{
+    int dt = sec == 2 ? LLMT_DTYPE_F32 : o->state_dt;
+    while (n > 0) {
+        int64_t idx = 0;
+        void *base = llmt_offload_state_base(o, sec, e0, &idx);
+        int64_t seg_end = e0 < o->split ? o->split : o->end;
+        int64_t k = n < seg_end - e0 ? n : seg_end - e0;
+        LLMT_TRY(to_state ? llmt_transfer_in(o->model, base, dt, idx, buf, k)
+                          : llmt_transfer_out(o->model, base, dt, idx, buf, k));
+        e0 += k;
+        buf += k;
+        n -= k;
+    }
+    return LLMT_OK;
+}
+
+/* Copies every element of section sec from placement `from` to `to`. */
+static int copy_section(const llmt_optimizer *o, const placement *from, const placement *to,
+                        int sec)
+{
+    const llmt_model *m = o->model;
+    size_t es = llmt_dtype_size(sec == 2 ? LLMT_DTYPE_F32 : o->state_dt);
+    const llmt_buf *fb[2] = {&from->host[sec], &from->dev[sec]};
+    const llmt_buf *tb[2] = {&to->host[sec], &to->dev[sec]};
+    int64_t fs[3] = {o->first, from->split, o->end}, ts[3] = {o->first, to->split, o->end};
+    for (int i = 0; i < 2; i++)     /* the old segment */
+        for (int j = 0; j < 2; j++) { /* the new one */
+            int64_t a = fs[i] > ts[j] ? fs[i] : ts[j];
+            int64_t b = fs[i + 1] < ts[j + 1] ? fs[i + 1] : ts[j + 1];
+            if (b > a)
+                LLMT_TRY(m->ops->copy_on_device(m->dev, (char *)tb[j]->ptr + (size_t)(a - ts[j]) * es,
+                                                (const char *)fb[i]->ptr + (size_t)(a - fs[i]) * es,
+                                                (size_t)(b - a) * es));
+        }
+    return LLMT_OK;
+}
+
+int llmt_optimizer_set_offload(llmt_optimizer *o, int32_t parts, int32_t layers)
+{
+    const char *fn = "llmt_optimizer_set_offload";
+    if (!o)
+        return llmt_fail(LLMT_EINVAL, "%s: opt is NULL", fn);
+    LLMT_TRY(llmt_offload_check(fn, parts, layers, o->model->dims.layers));
+    if (o->comm && parts != LLMT_OFFLOAD_NONE)
+        return llmt_fail(LLMT_EUNSUPPORTED,
+                         "%s: parts = %d on a sharded optimizer: offload of a sharded optimizer "
+                         "is not built yet",
+                         fn, parts);
+    if (parts == LLMT_OFFLOAD_NONE)
+        layers = 0;
+    const llmt_model *m = o->model;
+    int64_t p = llmt_offload_prefix(m, parts, layers);
+    int64_t split = p < o->first ? o->first : p > o->end ? o->end : p;
+    if (split != o->split) {
+        placement next, old;
+        LLMT_TRY(placement_alloc(o, split, &next));
+        placement_take(o, &old);
+        int rc = LLMT_OK;
+        for (int sec = 0; sec < (o->has_master ? 3 : 2) && !rc; sec++)
+            rc = copy_section(o, &old, &next, sec);
+        if (!rc)
+            rc = m->ops->synchronize(m->dev);
+        placement *keep = rc ? &old : &next, *drop = rc ? &next : &old;
+        placement_install(o, keep);
+        placement_free(m->ctx, drop);
+        if (rc)
+            return rc;
+    }
+    o->offload_parts = parts;
+    o->offload_layers = layers;
+    return LLMT_OK;
+}
+
+int llmt_optimizer_get_offload(const llmt_optimizer *o, int32_t *parts, int32_t *layers)
+{
+    if (!o || !parts || !layers)
+        return llmt_fail(LLMT_EINVAL, "llmt_optimizer_get_offload: %s is NULL",
+                         !o ? "opt" : !parts ? "parts" : "layers");
+    *parts = o->offload_parts;
+    *layers = o->offload_layers;
+    return LLMT_OK;
+}

@@ -1,0 +1,33 @@
+/* Optimizer offload (issue 15): which prefix of the flat parameter buffer
+ * keeps its optimizer state in host memory, and what that costs. Shared by
+ * the optimizer and the planner, so the plan and the measurement agree. */
+#ifndef LLMT_OPTIM_OFFLOAD_H
+#define LLMT_OPTIM_OFFLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmt/optimizer.h"
+
+/* Elements per transfer chunk on a backend whose memory the host cannot
+ * read: the two staging buffers (gradients in, weights out) hold this many
+ * weight-dtype elements each, or the host segment if it is smaller. */
+#define LLMT_OFFLOAD_CHUNK ((int64_t)1 << 22)
+
+typedef struct llmt_model llmt_model;
+
+/* The end P of the offloaded prefix [0, P) for layers (LLMT_OFFLOAD_ALL_LAYERS:
+ * num_params; k: the offset of layer k's first parameter, num_layers: that of
+ * the parameters after the last layer) under parts; 0 for LLMT_OFFLOAD_NONE.
+ * layers must have been checked (llmt_offload_check). */
+int64_t llmt_offload_prefix(const llmt_model *m, int32_t parts, int32_t layers);
+
+/* Validates parts and layers for a model of num_layers layers, naming fn and
+ * the argument at fault (LLMT_EINVAL). */
+int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t num_layers);
+
+/* Bytes of HOST_STATE staging for a host segment of host_elems elements of
+ * weight dtype size w_size: 0 where the backend's memory is host memory. */
+size_t llmt_offload_staging_bytes(int host_memory, int64_t host_elems, size_t w_size);
+
+#endif

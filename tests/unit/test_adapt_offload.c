@@ -1,0 +1,317 @@
+/* The adaptive controller with optimizer offload on its ladder (after
+ * recompute, before the micro-batch shrinks): a device budget that only
+ * fits the batch with part of the optimizer's state in host memory ->
+ * every step completes at the configured micro-batch, over the same data,
+ * and the losses, weights and optimizer state are bitwise those of an
+ * unconstrained run; when memory frees up the controller moves the state
+ * back to the device, still bitwise; a run resumed at an offload notch
+ * places the optimizer as the notch says and goes on bitwise. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "llmt/llmt.h"
+#include "test_context.h"
+#include "test_tensors.h"
+#include "util/fsutil.h"
+
+enum { B = 4, T = 16, VOCAB = 64, LAYERS = 2 };
+
+static char root[64], shards[128];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(root, sizeof root, "/tmp/llmt-adapt-offload-XXXXXX");
+    if (!mkdtemp(root))
+        return -1;
+    int32_t tokens[64 * T + 1];
+    uint32_t x = 7;
+    for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
+        x = x * 1664525u + 1013904223u;
+        tokens[i] = (int32_t)((x >> 9) % VOCAB);
+    }
+    snprintf(shards, sizeof shards, "%s/train_000000.bin", root);
+    return llmt_shard_write(shards, tokens, sizeof tokens / sizeof tokens[0],
+                            LLMT_SHARD_VERSION_U16);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return llmt_remove_tree(root);
+}
+
+/* An adaptive trainer over a model whose AdamW state outweighs its
+ * activations (the case offload is for); threshold 1.0, so only a failed
+ * allocation escalates. */
+typedef struct rig {
+    llmt_context *ctx;
+    llmt_model *model;
+    llmt_optimizer *opt;
+    llmt_recompute *rc;
+    llmt_slicer *slicer;
+    llmt_loader *loader;
+    llmt_ckpt_store *store;
+    llmt_trainer *tr;
+    char log[32768];
+} rig;
+
+static void on_log(void *user, const char *line)
+{
+    rig *r = user;
+    size_t used = strlen(r->log);
+    snprintf(r->log + used, sizeof r->log - used, "%s\n", line);
+}
+
+/* store_dir: where the trainer saves (NULL: no store). */
+static void rig_open(rig *r, int precision, int relax_window, const char *store_dir)
+{
+    memset(r, 0, sizeof *r);
+    r->ctx = test_context(2, 5);
+    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
+    mc.vocab_size = VOCAB;
+    mc.hidden_size = 64;
+    mc.num_layers = LAYERS;
+    mc.num_heads = 4;
+    mc.num_kv_heads = 4;
+    mc.ffn_size = 128;
+    mc.max_seq_len = T;
+    mc.precision = precision;
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.lr = 1e-2;
+    llmt_loader_config lc = LLMT_LOADER_CONFIG_INIT;
+    lc.batch_size = B;
+    lc.seq_len = T;
+    lc.vocab_size = VOCAB;
+    const char *paths[1] = {shards};
+    assert_int_equal(llmt_model_create(&r->model, r->ctx, &mc), LLMT_OK);
+    assert_int_equal(llmt_optimizer_create(&r->opt, r->model, &oc), LLMT_OK);
+    assert_int_equal(llmt_recompute_create(&r->rc, r->model), LLMT_OK);
+    assert_int_equal(llmt_slicer_create(&r->slicer, r->model, B), LLMT_OK);
+    assert_int_equal(llmt_loader_open(&r->loader, r->ctx, paths, 1, &lc), LLMT_OK);
+    if (store_dir) {
+        llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+        sc.sync = 0;
+        assert_int_equal(llmt_ckpt_store_open(&r->store, r->ctx, store_dir, &sc), LLMT_OK);
+    }
+    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
+    p.model = r->model;
+    p.optimizer = r->opt;
+    p.recompute = r->rc;
+    p.slicer = r->slicer;
+    p.loader = r->loader;
+    p.store = r->store;
+    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
+    tc.batch_size = B;
+    tc.seq_len = T;
+    tc.total_steps = 1000;
+    tc.memory_threshold = 1.0;
+    tc.relax_window = relax_window;
+    assert_int_equal(llmt_trainer_create(&r->tr, &p, &tc), LLMT_OK);
+    assert_int_equal(llmt_trainer_set_log(r->tr, on_log, r), LLMT_OK);
+}
+
+static void rig_close(rig *r)
+{
+    llmt_trainer_free(r->tr);
+    llmt_ckpt_store_free(r->store);
+    llmt_loader_free(r->loader);
+    llmt_slicer_free(r->slicer);
+    llmt_recompute_free(r->rc);
+    llmt_optimizer_free(r->opt);
+    llmt_model_free(r->model);
+    llmt_context_free(r->ctx);
+}
+
+static llmt_memory_stats stats(rig *r)
+{
+    llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
+    assert_int_equal(llmt_context_memory_stats(r->ctx, &s), LLMT_OK);
+    return s;
+}
+
+/* The plan of the rig's model at micro-batch B with full recompute. */
+static llmt_plan plan_full(rig *r)
+{
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    llmt_model_get_config(r->model, &pc.model);
+    pc.micro_batch = B;
+    pc.seq_len = T;
+    pc.recompute = LLMT_RECOMPUTE_FULL;
+    llmt_plan p = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(r->ctx, &pc, &p), LLMT_OK);
+    return p;
+}
+
+/* One step, which must succeed, at the configured micro-batch. */
+static llmt_step_report step(rig *r)
+{
+    llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};
+    if (llmt_trainer_step(r->tr, &rep) != LLMT_OK)
+        fail_msg("step %lld: %s\n%s", (long long)llmt_trainer_step_index(r->tr) + 1,
+                 llmt_error_last(), r->log);
+    assert_int_equal(rep.micro_batch, B);
+    return rep;
+}
+
+/* Weights and the AdamW state of a and b are the same bits. */
+static void assert_same_state(rig *a, rig *b)
+{
+    size_t n = (size_t)llmt_model_num_params(a->model);
+    float *wa = test_all_params(a->model), *wb = test_all_params(b->model);
+    assert_memory_equal(wa, wb, n * sizeof *wa);
+    free(wa);
+    free(wb);
+    for (int kind = 0; kind < 2; kind++) {
+        float *sa = test_all_state(a->opt, a->model, kind);
+        float *sb = test_all_state(b->opt, b->model, kind);
+        assert_memory_equal(sa, sb, n * sizeof *sa);
+        free(sa);
+        free(sb);
+    }
+    llmt_loader_state la = LLMT_LOADER_STATE_INIT, lb = LLMT_LOADER_STATE_INIT;
+    assert_int_equal(llmt_loader_get_state(a->loader, &la), LLMT_OK);
+    assert_int_equal(llmt_loader_get_state(b->loader, &lb), LLMT_OK);
+    assert_true(la.windows_consumed == lb.windows_consumed && la.epoch == lb.epoch &&
+                la.shard_cursor == lb.shard_cursor && la.window_cursor == lb.window_cursor);
+}
+
+static void check_precision(int precision)
+{
+    enum { TIGHT = 5 };
+    rig free_run, tight;
+    rig_open(&free_run, precision, 2, NULL);
+    rig_open(&tight, precision, 2, NULL);
+    /* Room for half the arena of full recompute beside everything allocated
+     * now (the optimizer's state included): no recompute notch fits, but
+     * full recompute with enough of the state offloaded does, and the
+     * micro-batch need not shrink. */
+    llmt_plan p = plan_full(&tight);
+    uint64_t arena = p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE];
+    assert_true(p.bytes[LLMT_MEM_OPTIMIZER] > arena); /* offload can make the room */
+    uint64_t budget = stats(&tight).total_current + arena / 2;
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    int retries = 0;
+    for (int i = 0; i < TIGHT; i++) {
+        llmt_step_report a = step(&free_run), b = step(&tight);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        retries += b.retries;
+        assert_true(b.mem_peak <= budget);
+    }
+    assert_int_equal(retries, 1);
+    assert_contains(tight.log, "step 1: out of memory");
+    assert_contains(tight.log, "optimizer state offloaded: embedding and layers 0-");
+    assert_null(strstr(tight.log, "micro-batch 2"));
+    int32_t parts = 0, layers = 0;
+    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
+    assert_true(layers >= 1);
+    llmt_memory_stats s = stats(&tight);
+    assert_true(s.current[LLMT_MEM_HOST_STATE] > 0);
+    assert_true(s.current[LLMT_MEM_OPTIMIZER] < p.bytes[LLMT_MEM_OPTIMIZER]);
+    assert_same_state(&free_run, &tight);
+
+    /* Memory frees up: the controller relaxes, the state returns to the
+     * device, and the run stays bitwise the free one. */
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget * 8), LLMT_OK);
+    int back = 0;
+    for (int i = 0; i < 60 && !back; i++) {
+        llmt_step_report a = step(&free_run), b = step(&tight);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+        back = parts == LLMT_OFFLOAD_NONE && b.recompute_layers == 0;
+    }
+    assert_true(back);
+    assert_contains(tight.log, "relaxing from");
+    assert_int_equal(stats(&tight).current[LLMT_MEM_HOST_STATE], 0);
+    assert_same_state(&free_run, &tight);
+    rig_close(&free_run);
+    rig_close(&tight);
+}
+
+static void test_offload_instead_of_a_smaller_micro_batch(void **state)
+{
+    (void)state;
+    check_precision(LLMT_PRECISION_FP32);
+    check_precision(LLMT_PRECISION_BF16_MIXED);
+}
+
+/* An optimizer its owner placed (here: offload of no layer) is left where
+ * it is: the same budget makes the micro-batch shrink instead. */
+static void test_owner_placement_is_kept(void **state)
+{
+    (void)state;
+    rig r;
+    rig_open(&r, LLMT_PRECISION_FP32, 1000, NULL);
+    assert_int_equal(llmt_optimizer_set_offload(r.opt, LLMT_OFFLOAD_OPTIMIZER, 0), LLMT_OK);
+    llmt_plan p = plan_full(&r);
+    uint64_t arena = p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE];
+    assert_int_equal(llmt_context_set_budget(r.ctx, stats(&r).total_current + arena / 2), LLMT_OK);
+    llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};
+    assert_int_equal(llmt_trainer_step(r.tr, &rep), LLMT_OK);
+    assert_true(rep.micro_batch < B);
+    int32_t parts = 0, layers = -1;
+    assert_int_equal(llmt_optimizer_get_offload(r.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
+    assert_int_equal(layers, 0);
+    assert_null(strstr(r.log, "offloaded"));
+    rig_close(&r);
+}
+
+/* Saved at an offload notch and resumed into a fresh optimizer (all its
+ * state on the device): the first step that does not fit places the state
+ * as the notch says and retries; the run goes on bitwise. */
+static void test_resume_at_an_offload_notch(void **state)
+{
+    (void)state;
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/ckpt", root);
+    rig free_run, tight;
+    rig_open(&free_run, LLMT_PRECISION_FP32, 1000, NULL);
+    rig_open(&tight, LLMT_PRECISION_FP32, 1000, dir);
+    llmt_plan p = plan_full(&tight);
+    uint64_t arena = p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE];
+    uint64_t budget = stats(&tight).total_current + arena / 2;
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    for (int i = 0; i < 3; i++) {
+        llmt_step_report a = step(&free_run), b = step(&tight);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    }
+    assert_int_equal(llmt_trainer_save(tight.tr, LLMT_CKPT_DURABLE), LLMT_OK);
+    rig_close(&tight);
+
+    rig_open(&tight, LLMT_PRECISION_FP32, 1000, dir);
+    int64_t at = -1;
+    assert_int_equal(llmt_trainer_resume_latest(tight.tr, &at), LLMT_OK);
+    assert_int_equal(at, 3);
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    int retries = 0;
+    for (int i = 0; i < 3; i++) {
+        llmt_step_report a = step(&free_run), b = step(&tight);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        retries += b.retries;
+    }
+    assert_int_equal(retries, 1);
+    assert_contains(tight.log, "step 4: out of memory");
+    assert_contains(tight.log, "with the optimizer placed as [recompute full on layers 0-1; "
+                    "optimizer state offloaded");
+    int32_t parts = 0, layers = 0;
+    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
+    assert_same_state(&free_run, &tight);
+    rig_close(&free_run);
+    rig_close(&tight);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offload_instead_of_a_smaller_micro_batch),
+        cmocka_unit_test(test_owner_placement_is_kept),
+        cmocka_unit_test(test_resume_at_an_offload_notch),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

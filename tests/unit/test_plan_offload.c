@@ -1,0 +1,386 @@
+/* The planner with optimizer offload: the plan of every placement (none, a
+ * prefix of layers, all) equals the context's measured peak per category to
+ * the byte after training steps with the optimizer so placed, host bytes
+ * included; the offloaded bytes match a hand count of the parameters; a CUDA
+ * plan adds the two staging buffers (where this build has the CUDA plugin;
+ * no GPU is needed); llmt_plan_fit_offload climbs recompute,
+ * then offload, then halves the micro-batch; bad offload fields are named. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+
+#include "llmt/llmt.h"
+#include "test_context.h"
+#include "test_rand.h"
+
+enum { B = 8, T = 12, L = 3, V = 41, D = 32, KV = 16, F = 48 };
+
+/* Parameters by hand: the embedding is stored first, then each layer (two
+ * norms, q k v o, gate up down), the final norm and the untied LM head. */
+#define EMBED ((int64_t)V * D)
+#define PER_LAYER ((int64_t)2 * D + 2 * D * D + 2 * KV * D + 3 * F * D)
+#define PARAMS (2 * EMBED + L * PER_LAYER + D)
+
+static llmt_plan_config plan_config(int precision)
+{
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    pc.model.vocab_size = V;
+    pc.model.hidden_size = D;
+    pc.model.num_layers = L;
+    pc.model.num_heads = 4;
+    pc.model.num_kv_heads = 2;
+    pc.model.ffn_size = F;
+    pc.model.max_seq_len = 16;
+    pc.model.precision = precision;
+    pc.seq_len = T;
+    return pc;
+}
+
+/* The flat prefix whose state layers offloads, by hand. */
+static int64_t prefix(int32_t layers)
+{
+    if (layers == LLMT_OFFLOAD_ALL_LAYERS)
+        return PARAMS;
+    return layers == 0 ? 0 : EMBED + layers * PER_LAYER;
+}
+
+/* Bytes of AdamW state per parameter: two moments (bf16 in bf16_pure, else
+ * fp32) and an fp32 master copy in the mixed modes. */
+static uint64_t state_bytes(int precision)
+{
+    if (precision == LLMT_PRECISION_BF16_PURE)
+        return 4;
+    return precision == LLMT_PRECISION_FP32 ? 8 : 12;
+}
+
+/* Two training steps with the optimizer created at (parts, layers): every
+ * category's measured peak equals the plan, host_state included, and the
+ * device totals leave host_state out. */
+static void check_measured(int precision, int32_t policy, int32_t micro, int32_t parts,
+                           int32_t layers)
+{
+    llmt_context *ctx = test_context(2, 1);
+    llmt_plan_config pc = plan_config(precision);
+    pc.recompute = policy;
+    pc.micro_batch = micro;
+    pc.offload_parts = parts;
+    pc.offload_layers = layers;
+    llmt_plan p = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
+    assert_int_equal(p.num_params, PARAMS);
+    int64_t host = parts ? prefix(layers) : 0;
+    assert_int_equal(p.host_peak, (uint64_t)host * state_bytes(precision)); /* no staging */
+    assert_int_equal(p.bytes[LLMT_MEM_OPTIMIZER],
+                     (uint64_t)(PARAMS - host) * state_bytes(precision));
+
+    llmt_model *m = NULL;
+    llmt_optimizer *o = NULL;
+    llmt_recompute *rc = NULL;
+    llmt_slicer *sl = NULL;
+    llmt_loss_scaler *sc = NULL;
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.offload_parts = parts;
+    oc.offload_layers = layers;
+    llmt_loss_scaler_config lc = LLMT_LOSS_SCALER_CONFIG_INIT;
+    assert_int_equal(llmt_model_create(&m, ctx, &pc.model), LLMT_OK);
+    assert_int_equal(llmt_optimizer_create(&o, m, &oc), LLMT_OK);
+    assert_int_equal(llmt_recompute_create(&rc, m), LLMT_OK);
+    assert_int_equal(llmt_recompute_set_layers(rc, 0, -1, policy), LLMT_OK);
+    assert_int_equal(llmt_slicer_create(&sl, m, micro), LLMT_OK);
+    assert_int_equal(llmt_loss_scaler_create(&sc, &lc), LLMT_OK);
+    int32_t tokens[B * T], targets[B * T];
+    uint64_t seed = 7;
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (int32_t)(trand_u64(&seed) % V);
+        targets[i] = (int32_t)(trand_u64(&seed) % V);
+    }
+    for (int step = 0; step < 2; step++) {
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_int_equal(llmt_slicer_forward_backward(sl, tokens, targets, B, T,
+                                                      llmt_loss_scaler_scale(sc), NULL), LLMT_OK);
+        assert_int_equal(llmt_optimizer_step(o, sc, NULL), LLMT_OK);
+    }
+    llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
+    assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
+    for (int cat = 0; cat < LLMT_MEM_CATEGORY_COUNT; cat++)
+        if (s.peak[cat] != p.bytes[cat])
+            fail_msg("precision %d, %s, micro-batch %d, offload %d/%d: %s planned %llu, "
+                     "measured peak %llu", precision, llmt_recompute_policy_name(policy), micro,
+                     parts, layers, llmt_mem_category_name(cat), (unsigned long long)p.bytes[cat],
+                     (unsigned long long)s.peak[cat]);
+    assert_int_equal(s.total_peak, p.peak);
+    assert_int_equal(s.peak[LLMT_MEM_HOST_STATE], p.host_peak);
+    llmt_loss_scaler_free(sc);
+    llmt_slicer_free(sl);
+    llmt_recompute_free(rc);
+    llmt_optimizer_free(o);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+}
+
+static void test_plan_equals_measured_with_offload(void **state)
+{
+    (void)state;
+    const int precisions[4] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
+                               LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
+    const int32_t layers[4] = {LLMT_OFFLOAD_ALL_LAYERS, 1, L, 0};
+    for (int p = 0; p < 4; p++) {
+        check_measured(precisions[p], LLMT_RECOMPUTE_NONE, 3, LLMT_OFFLOAD_NONE, 0);
+        for (int k = 0; k < 4; k++)
+            check_measured(precisions[p], k % 2 ? LLMT_RECOMPUTE_FULL : LLMT_RECOMPUTE_FFN_ACT,
+                           k % 2 ? 8 : 3, LLMT_OFFLOAD_OPTIMIZER, layers[(p + k) % 4]);
+    }
+}
+
+/* Offload moves bytes from OPTIMIZER to HOST_STATE and changes nothing
+ * else; the peak leaves host_state out. */
+static void test_offload_moves_only_optimizer_bytes(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(1, 1);
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_BF16_MIXED);
+    llmt_plan none = LLMT_PLAN_INIT, half = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &none), LLMT_OK);
+    assert_int_equal(none.host_peak, 0);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    pc.offload_layers = 2;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &half), LLMT_OK);
+    uint64_t moved = (uint64_t)(EMBED + 2 * PER_LAYER) * 12;
+    for (int cat = 0; cat < LLMT_MEM_CATEGORY_SLOTS; cat++)
+        if (cat != LLMT_MEM_OPTIMIZER && cat != LLMT_MEM_HOST_STATE)
+            assert_int_equal(half.bytes[cat], none.bytes[cat]);
+    assert_int_equal(half.bytes[LLMT_MEM_OPTIMIZER], none.bytes[LLMT_MEM_OPTIMIZER] - moved);
+    assert_int_equal(half.bytes[LLMT_MEM_HOST_STATE], moved);
+    assert_int_equal(half.host_peak, moved);
+    assert_int_equal(half.peak, none.peak - moved);
+    /* A version 2 plan has no host_peak: the bytes after it are untouched. */
+    struct {
+        llmt_plan p;
+        uint64_t guard;
+    } old;
+    memset(&old, 0xab, sizeof old);
+    old.p.version = 2;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &old.p), LLMT_OK);
+    assert_int_equal(old.p.peak, half.peak);
+    assert_int_equal(old.p.host_peak, 0xababababababababull);
+    /* A version 2 config ends before the offload fields: no offload. */
+    pc.version = 2;
+    llmt_plan v2 = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &v2), LLMT_OK);
+    assert_int_equal(v2.host_peak, 0);
+    assert_int_equal(v2.peak, none.peak);
+    llmt_context_free(ctx);
+}
+
+/* On CUDA (whose memory the host cannot read) the host segment comes with
+ * two staging buffers of min(segment, 2^22) weight elements each. */
+static void test_cuda_staging(void **state)
+{
+    (void)state;
+#ifdef LLMT_TEST_HAVE_CUDA_PLUGIN
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_BF16_MIXED);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    pc.offload_layers = 1;
+    llmt_plan cpu = LLMT_PLAN_INIT, cuda = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CPU, 1, &pc, &cpu), LLMT_OK);
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
+    uint64_t host = (uint64_t)(EMBED + PER_LAYER);
+    assert_int_equal(cpu.host_peak, host * 12);
+    assert_int_equal(cuda.host_peak, host * 12 + 2 * host * 2);
+    assert_int_equal(cuda.bytes[LLMT_MEM_OPTIMIZER], cpu.bytes[LLMT_MEM_OPTIMIZER]);
+    /* LLaMA-7B, all offloaded: the staging is capped at 2^22 elements. */
+    pc.model.vocab_size = 32000, pc.model.hidden_size = 4096, pc.model.num_layers = 32;
+    pc.model.num_heads = pc.model.num_kv_heads = 32, pc.model.ffn_size = 11008;
+    pc.model.max_seq_len = pc.seq_len = 2048;
+    pc.micro_batch = 1;
+    pc.recompute = LLMT_RECOMPUTE_FULL;
+    pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
+    assert_int_equal(cuda.num_params, 6738415616);
+    assert_int_equal(cuda.host_peak, 6738415616ull * 12 + 2 * (1ull << 22) * 2);
+    assert_int_equal(cuda.bytes[LLMT_MEM_OPTIMIZER], 0);
+#else
+    /* This build has no CUDA plugin: a CUDA plan is refused, naming why. */
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_BF16_MIXED);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    llmt_plan p = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &p), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "-DLLMT_CUDA=ON");
+#endif
+}
+
+/* The rung just lighter than (recompute, layers) at micro-batch b in the
+ * fit's ladder, and whether there is one at b. */
+static int lighter_rung(int32_t recompute, int32_t layers, llmt_plan_config *c)
+{
+    static const int32_t ladder[5] = {
+        LLMT_RECOMPUTE_NONE, LLMT_RECOMPUTE_FFN_ACT,
+        LLMT_RECOMPUTE_FFN_ACT | LLMT_RECOMPUTE_ATTN_CORE,
+        LLMT_RECOMPUTE_ATTN_CORE | LLMT_RECOMPUTE_FFN, LLMT_RECOMPUTE_FULL};
+    c->offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    if (layers == LLMT_OFFLOAD_ALL_LAYERS || layers > 1) {
+        c->recompute = LLMT_RECOMPUTE_FULL;
+        c->offload_layers = layers == LLMT_OFFLOAD_ALL_LAYERS ? L : layers - 1;
+        return 1;
+    }
+    c->offload_layers = 0;
+    if (layers == 1) {
+        c->recompute = LLMT_RECOMPUTE_FULL;
+        return 1;
+    }
+    for (int i = 1; i < 5; i++)
+        if (ladder[i] == recompute) {
+            c->recompute = ladder[i - 1];
+            return 1;
+        }
+    return 0;
+}
+
+/* Fits budget and checks the answer: its plan fits, the next lighter rung
+ * at the same micro-batch does not, and neither does the heaviest rung at
+ * the micro-batch before the last halving. */
+static void fit_and_check(llmt_context *ctx, llmt_plan_config pc, uint64_t budget, int32_t *b,
+                          int32_t *r, int32_t *k)
+{
+    int32_t start = pc.micro_batch;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, budget, b, r, k), LLMT_OK);
+    pc.micro_batch = *b;
+    pc.batch_size = start;
+    pc.recompute = *r;
+    pc.offload_layers = *k;
+    llmt_plan p = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
+    assert_true(p.peak <= budget);
+    if (lighter_rung(*r, *k, &pc)) {
+        assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
+        assert_true(p.peak > budget);
+    }
+    if (*b < start) {
+        pc.micro_batch = *b * 2 <= start ? *b * 2 : start;
+        pc.recompute = LLMT_RECOMPUTE_FULL;
+        pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+        assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
+        assert_true(p.peak > budget);
+    }
+}
+
+static void test_fit_offload_ladder(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 3);
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_FP32);
+    pc.micro_batch = 8;
+    pc.seq_len = 16;
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    llmt_plan full = LLMT_PLAN_INIT, one = LLMT_PLAN_INIT, all = LLMT_PLAN_INIT;
+    pc.recompute = LLMT_RECOMPUTE_FULL;
+    pc.offload_layers = 0;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &full), LLMT_OK);
+    pc.offload_layers = 1;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &one), LLMT_OK);
+    pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &all), LLMT_OK);
+    assert_true(one.peak < full.peak && all.peak < one.peak);
+    pc.offload_layers = 2; /* not read by the fit */
+    int32_t b = 0, r = -1, k = -2;
+
+    /* Just under full recompute: offload of one layer, not a halving, where
+     * llmt_plan_fit halves. */
+    fit_and_check(ctx, pc, full.peak - 1, &b, &r, &k);
+    assert_int_equal(b, 8);
+    assert_int_equal(r, LLMT_RECOMPUTE_FULL);
+    assert_int_equal(k, 1);
+    llmt_plan_config no_offload = pc;
+    no_offload.offload_parts = LLMT_OFFLOAD_NONE;
+    assert_int_equal(llmt_plan_fit(ctx, &no_offload, full.peak - 1, &b, &r), LLMT_OK);
+    assert_true(b < 8);
+    /* Just under one layer: two; at the all-offloaded plan: all. */
+    fit_and_check(ctx, pc, one.peak - 1, &b, &r, &k);
+    assert_int_equal(b, 8);
+    assert_true(k >= 2 || k == LLMT_OFFLOAD_ALL_LAYERS);
+    fit_and_check(ctx, pc, all.peak, &b, &r, &k);
+    assert_int_equal(b, 8);
+    assert_int_equal(k, LLMT_OFFLOAD_ALL_LAYERS);
+    /* Under even that: the micro-batch halves, and the ladder starts again
+     * (no offload when the smaller micro-batch fits without). */
+    fit_and_check(ctx, pc, all.peak - 1, &b, &r, &k);
+    assert_true(b < 8);
+    /* A budget that fits everything: the lightest rung. */
+    fit_and_check(ctx, pc, UINT64_MAX, &b, &r, &k);
+    assert_int_equal(b, 8);
+    assert_int_equal(r, LLMT_RECOMPUTE_NONE);
+    assert_int_equal(k, 0);
+    /* Without offload allowed it is llmt_plan_fit. */
+    pc.offload_parts = LLMT_OFFLOAD_NONE;
+    int32_t b2 = 0, r2 = -1;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, full.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_int_equal(llmt_plan_fit(ctx, &pc, full.peak - 1, &b2, &r2), LLMT_OK);
+    assert_int_equal(b, b2);
+    assert_int_equal(r, r2);
+    assert_int_equal(k, 0);
+    /* Nothing fits: the message gives the all-offloaded plan. */
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1000, &b, &r, &k), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "full recompute and the optimizer offloaded");
+    /* Without a context, the same answer. */
+    int32_t b3 = 0, r3 = -1, k3 = -2;
+    fit_and_check(ctx, pc, one.peak - 1, &b, &r, &k);
+    assert_int_equal(llmt_plan_fit_offload_backend(LLMT_BACKEND_CPU, 2, &pc, one.peak - 1, &b3,
+                                                   &r3, &k3), LLMT_OK);
+    assert_int_equal(b3, b);
+    assert_int_equal(r3, r);
+    assert_int_equal(k3, k);
+    llmt_context_free(ctx);
+}
+
+static void test_invalid_offload_fields(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(1, 3);
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_FP32);
+    llmt_plan p = LLMT_PLAN_INIT;
+    pc.offload_parts = 2;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "cfg->offload_parts = 2");
+    assert_contains(llmt_error_last(), "gradient offload is not built");
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    pc.offload_layers = L + 1;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "cfg->offload_layers = 4");
+    pc.offload_layers = -2;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "cfg->offload_layers = -2");
+    pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    pc.with_optimizer = 0;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "needs cfg->with_optimizer = 1");
+    pc.with_optimizer = 1;
+    pc.world_size = 2;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "sharded optimizer");
+    int32_t b, r, k;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, &k), LLMT_EUNSUPPORTED);
+    pc.world_size = 0;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, NULL), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "offload_layers is NULL");
+    assert_int_equal(llmt_plan_fit_offload(NULL, &pc, 1u << 30, &b, &r, &k), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "ctx is NULL");
+    assert_int_equal(llmt_plan_fit_offload_backend(7, 1, &pc, 1u << 30, &b, &r, &k), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "backend = 7");
+    pc.version = 4;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EVERSION);
+    llmt_context_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_equals_measured_with_offload),
+        cmocka_unit_test(test_offload_moves_only_optimizer_bytes),
+        cmocka_unit_test(test_cuda_staging),
+        cmocka_unit_test(test_fit_offload_ladder),
+        cmocka_unit_test(test_invalid_offload_fields),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
