@@ -113,16 +113,20 @@ LLMT_API int llmt_trainer_create_from_config(llmt_trainer **out, llmt_context *c
  * optimizer is sharded (llmt_optimizer_create_sharded with cfg's
  * dist.reduce), every rank reads the whole global batch from the same data
  * and runs its share of the micro-batches, and only rank 0 opens the
- * checkpoint directories and writes metrics: it saves single-file
- * checkpoints with the optimizer state gathered to it, which resume at any
- * world size (docs/distributed.md). Collective. Errors as
+ * checkpoint directories and writes metrics. Checkpoints are sharded: each
+ * rank writes its optimizer range, rank 0 the rest and the commit, and they
+ * resume at any world size (docs/distributed.md). Collective. Errors as
  * llmt_trainer_create_from_config, and LLMT_ECOMM when the ranks'
  * configurations differ or a rank fails (naming it). */
 LLMT_API int llmt_trainer_create_from_config_dist(llmt_trainer **out, llmt_context *ctx,
                                                   const llmt_train_config *cfg, llmt_comm *comm);
 
 /* Waits for an async save in flight, releases the trainer and what it owns;
- * NULL accepted. */
+ * NULL accepted. Runs no collective: in a data-parallel run it waits for
+ * this rank's writer and abandons a save still in flight (nothing
+ * committed, rank 0 removes its temporary directory, logged "async save of
+ * step N abandoned: call llmt_trainer_save (collective) before free"); the
+ * step reaching total_steps and the end of llmt_trainer_run commit it. */
 LLMT_API void llmt_trainer_free(llmt_trainer *tr);
 
 #define LLMT_STEP_REPORT_VERSION 1
@@ -151,7 +155,10 @@ typedef struct llmt_step_report {
 } llmt_step_report;
 
 /* One step; report (may be NULL, else its version set) is filled. Errors
- * from the parts; LLMT_ENOMEM with the planner's figure when nothing fits. */
+ * from the parts; LLMT_ENOMEM with the planner's figure when nothing fits;
+ * in a data-parallel run, an async save that failed on any rank (its file
+ * named) from the step that joins it. The step that reaches total_steps
+ * commits a data-parallel async save still in flight. */
 LLMT_API int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report);
 
 /* Called after every step of llmt_trainer_run; a nonzero return stops the run
@@ -170,7 +177,8 @@ LLMT_API int llmt_trainer_set_callback(llmt_trainer *tr, llmt_step_callback cb, 
 LLMT_API int llmt_trainer_set_log(llmt_trainer *tr, llmt_log_callback cb, void *user);
 
 /* Runs steps until `steps` more are done or total_steps is reached or the
- * callback asks to stop. */
+ * callback asks to stop. In a data-parallel run it returns with the async
+ * save in flight committed. */
 LLMT_API int llmt_trainer_run(llmt_trainer *tr, int64_t steps);
 
 /* Loads the newest valid checkpoint of the store into the parts and the

@@ -1,12 +1,16 @@
+#define _GNU_SOURCE /* renameat2 */
 /* llmt_ckpt_consolidate: a sharded checkpoint (format 2) rewritten in the
  * single-file layout (format 1), byte for byte what one process saving the
  * same state writes: the state is loaded into a model and an unsharded
  * optimizer on a CPU context of its own, and written by the same code. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt/check.h"
 #include "ckpt/store_internal.h"
@@ -72,6 +76,47 @@ static int load_and_snapshot(llmt_ckpt_store *s, const char *dir, llmt_manifest 
     return LLMT_OK;
 }
 
+/* Renames directory tmp to final unless final exists (-1 with errno EEXIST
+ * then, final untouched; a plain rename would replace an empty directory).
+ * Where the file system refuses RENAME_NOREPLACE (EINVAL; ENOSYS without
+ * the system call), final is claimed with mkdir, which fails when it
+ * exists, and tmp renamed onto that empty directory of ours: link + unlink,
+ * the fallback for files, cannot move a directory. */
+static int rename_noreplace(const char *tmp, const char *final)
+{
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -1;
+    if (mkdir(final, 0700) != 0)
+        return -1;
+    if (rename(tmp, final) == 0)
+        return 0;
+    int err = errno;
+    rmdir(final); /* ours, still empty; fails harmlessly if someone filled it */
+    errno = err;
+    return -1;
+}
+
+/* Refuses final, which exists: when it is an empty directory, the message
+ * says how one comes about (the fallback above claims final, then renames
+ * onto it: a crash in between leaves it empty) and what to do. */
+static int exists(const char *final, const char *when)
+{
+    DIR *d = opendir(final);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    const int empty = d && !entries;
+    if (d)
+        closedir(d);
+    return llmt_fail(LLMT_EINVAL, "%s already exists%s%s", final, when,
+                     empty ? " (an empty directory: a consolidation that crashed between "
+                             "claiming it and renaming its output there leaves one; remove it "
+                             "and consolidate again)"
+                           : "");
+}
+
 int llmt_ckpt_consolidate(llmt_ckpt_store *store, int64_t step, int32_t tier, const char *out_dir)
 {
     const char *fn = "llmt_ckpt_consolidate";
@@ -93,18 +138,18 @@ int llmt_ckpt_consolidate(llmt_ckpt_store *store, int64_t step, int32_t tier, co
     holder h = {0, 0, 0, 0};
     ckpt_snapshot snap;
     memset(&snap, 0, sizeof snap);
-    int rc = dir && final ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
+    int rc = dir && final ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "out of memory");
     struct stat st;
     if (!rc) {
         snprintf(final, n, "%s/%s", out_dir, name);
         if (lstat(final, &st) == 0)
-            rc = llmt_fail(LLMT_EINVAL, "%s: %s already exists", fn, final);
+            rc = exists(final, "");
     }
     if (!rc)
         rc = llmt_ckpt_check_dir(dir, label, step, 1, &mf);
     if (!rc && mf.format != LLMT_MANIFEST_FORMAT_SHARDED)
-        rc = llmt_fail(LLMT_EINVAL, "%s: %s is not sharded (format_version %lld): it is in the "
-                       "single-file layout already", fn, label, (long long)mf.format);
+        rc = llmt_fail(LLMT_EINVAL, "%s is not sharded (format_version %lld): it is in the "
+                       "single-file layout already", label, (long long)mf.format);
     if (!rc)
         rc = load_and_snapshot(store, dir, &mf, &h, &snap);
     if (!rc)
@@ -113,8 +158,10 @@ int llmt_ckpt_consolidate(llmt_ckpt_store *store, int64_t step, int32_t tier, co
         rc = LLMT_EIO;
     if (!rc)
         rc = llmt_ckpt_write_dir(tmp, &snap, 1);
-    if (!rc && rename(tmp, final) != 0)
-        rc = llmt_fail(LLMT_EIO, "%s: cannot rename into place: %s", final, strerror(errno));
+    if (!rc && rename_noreplace(tmp, final) != 0)
+        rc = errno == EEXIST || errno == ENOTEMPTY
+                 ? exists(final, " (created while consolidating): not replaced")
+                 : llmt_fail(LLMT_EIO, "%s: cannot rename into place: %s", final, strerror(errno));
     if (!rc)
         rc = llmt_sync_dir(out_dir);
     if (rc) {

@@ -5,10 +5,11 @@
  * rank 0 the weights and the user blob besides; the ranks agree, send rank 0
  * their file records, and rank 0 writes the MANIFEST and renames. A failure
  * anywhere removes the temporary directory: the previous checkpoint stays
- * the newest valid one. Resuming, rank 0 picks the newest valid checkpoint
- * (verified whole) and hands every rank the weights and the run's position;
- * each rank reads only its own range of the optimizer state, from whatever
- * world size saved it. */
+ * the newest valid one (dist_ckpt_async.c runs the same protocol with the
+ * writing on a thread of each rank's own). Resuming, rank 0 picks the newest
+ * valid checkpoint (verified whole) and hands every rank the weights and
+ * the run's position; each rank reads only its own range of the optimizer
+ * state, from whatever world size saved it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +20,12 @@
 #include "core/error.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
+#include "train/dist_ckpt.h"
 #include "train/trainer_internal.h"
 #include "util/fsutil.h"
 
-#define ROOT 0
-#define PATH_CAP 4096
+#define ROOT LLMT_DIST_ROOT
+#define PATH_CAP LLMT_DIST_PATH_CAP
 
 /* llmt_comm_agree, except that every rank fails with the lowest failed
  * rank's status (not LLMT_ECOMM), so a damaged file one rank found is
@@ -119,63 +121,110 @@ typedef struct save_start {
     char tmp[PATH_CAP];
 } save_start;
 
-int llmt_trainer_dist_save(llmt_trainer *tr, int32_t tier)
+/* Releases what sv holds; rank 0 removes the temporary directory when the
+ * save failed (rc), keeping rc's message. */
+static int discard(llmt_dist_save *sv, int rc)
 {
-    llmt_optimizer *o = tr->parts.optimizer;
-    llmt_comm *c = o->comm;
-    const int root = llmt_comm_rank(c) == ROOT;
+    if (rc && sv->tmp) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        llmt_remove_tree(sv->tmp);
+        llmt_fail(rc, "%s", why);
+    }
+    llmt_ckpt_snapshot_free(&sv->snap); /* the shards included */
+    free(sv->mine.chunks);
+    free(sv->tmp);
+    memset(sv, 0, sizeof *sv);
+    return rc;
+}
+
+/* Rank 0 checks the save, snapshots the common state (the user blob into
+ * blob, cap bytes) and makes the step's temporary directory; every rank
+ * learns its path. The status is agreed; on failure nothing is left. */
+int llmt_dist_save_open(llmt_trainer *tr, int32_t tier, llmt_dist_save *sv, char *blob,
+                        size_t cap)
+{
+    llmt_comm *c = tr->parts.optimizer->comm;
+    memset(sv, 0, sizeof *sv);
+    sv->tier = tier;
+    sv->step = tr->step;
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
-    char blob[256];
-    llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
-    ckpt_snapshot snap;
-    memset(&snap, 0, sizeof snap);
+    llmt_trainer_fill_state(tr, &st, blob, cap);
     save_start start;
     memset(&start, 0, sizeof start);
-    char *tmp = NULL;
     int rc = LLMT_OK;
-    if (root) {
+    if (llmt_comm_rank(c) == ROOT) {
         llmt_ckpt_store *s = tr->parts.store;
-        rc = s ? llmt_ckpt_sharded_begin(s, &st, tier, &snap, &tmp)
+        rc = s ? llmt_ckpt_sharded_begin(s, &st, tier, &sv->snap, &sv->tmp)
                : llmt_fail(LLMT_ESTATE, "checkpoint: rank 0 has no checkpoint store");
-        if (!rc && strlen(tmp) >= sizeof start.tmp)
-            rc = llmt_fail(LLMT_EINVAL, "checkpoint: %s: path too long", tmp);
+        if (!rc && strlen(sv->tmp) >= sizeof start.tmp)
+            rc = llmt_fail(LLMT_EINVAL, "checkpoint: %s: path too long", sv->tmp);
         if (!rc) {
-            snprintf(start.tmp, sizeof start.tmp, "%s", tmp);
+            snprintf(start.tmp, sizeof start.tmp, "%s", sv->tmp);
             start.sync = s->sync[tier];
         }
     }
     rc = agree_told(c, rc);
     if (!rc)
         rc = llmt_comm_broadcast(c, "checkpoint start", &start, sizeof start, ROOT);
-    llmt_manifest_shard mine;
-    memset(&mine, 0, sizeof mine);
-    if (!rc) {
-        rc = llmt_ckpt_shard_write(start.tmp, o, llmt_comm_rank(c), llmt_comm_size(c),
-                                   (int)start.sync, &mine);
-        if (!rc && root)
-            rc = llmt_ckpt_sharded_write_common(start.tmp, &snap, (int)start.sync);
-        if (rc)
-            llmt_fail_prefix(rc, "checkpoint step %lld", (long long)tr->step);
-        rc = agree_told(c, rc);
-    }
+    memcpy(sv->dir, start.tmp, sizeof sv->dir);
+    sv->sync = (int)start.sync;
+    return rc ? discard(sv, rc) : LLMT_OK;
+}
+
+/* This rank's files of sv: its range of o's state, and on rank 0 the
+ * weights and the user blob (no collective: an async save runs it on its
+ * writer thread). */
+int llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t rank,
+                         int32_t size)
+{
+    int rc = llmt_ckpt_shard_write(sv->dir, o, rank, size, sv->sync, &sv->mine);
+    if (!rc && rank == ROOT)
+        rc = llmt_ckpt_sharded_write_common(sv->dir, &sv->snap, sv->sync);
+    return rc ? llmt_fail_prefix(rc, "checkpoint step %lld", (long long)sv->step) : LLMT_OK;
+}
+
+/* After every rank wrote (rc: this rank's status): the ranks agree, send
+ * rank 0 their records, and rank 0 commits; or, on a failure anywhere,
+ * rank 0 removes the temporary directory. The status is agreed. */
+int llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc)
+{
+    llmt_comm *c = tr->parts.optimizer->comm;
+    const int root = llmt_comm_rank(c) == ROOT;
+    rc = agree_told(c, rc);
     llmt_manifest_shard *shards = NULL;
     if (!rc)
-        rc = agree_told(c, exchange_records(c, &mine, &shards));
+        rc = agree_told(c, exchange_records(c, &sv->mine, &shards));
     if (shards) { /* rank 0's manifest owns them from here on */
-        snap.manifest.shards = shards;
-        snap.manifest.world_size = llmt_comm_size(c);
+        sv->snap.manifest.shards = shards;
+        sv->snap.manifest.world_size = llmt_comm_size(c);
     }
-    if (!rc) /* rank 0 commits (or removes tmp); the ranks learn how it went */
-        rc = agree_told(c, root ? llmt_ckpt_sharded_commit(tr->parts.store, &snap, tmp) : LLMT_OK);
-    else if (root && tmp) { /* an agreed failure: what was written goes */
-        char why[1024];
-        snprintf(why, sizeof why, "%s", llmt_error_last());
-        llmt_remove_tree(tmp);
-        llmt_fail(rc, "%s", why);
+    if (!rc) { /* rank 0 commits (or removes tmp); the ranks learn how it went */
+        rc = agree_told(c, root ? llmt_ckpt_sharded_commit(tr->parts.store, &sv->snap, sv->tmp)
+                                : LLMT_OK);
+        free(sv->tmp); /* committed, or removed by the commit */
+        sv->tmp = NULL;
     }
-    llmt_ckpt_snapshot_free(&snap); /* the shards included */
-    free(mine.chunks);
-    free(tmp);
+    if (rc && tr->saved[sv->tier] == sv->step)
+        tr->saved[sv->tier] = -1;
+    return discard(sv, rc);
+}
+
+void llmt_dist_save_abandon(llmt_dist_save *sv)
+{
+    if (sv->tmp)
+        llmt_remove_tree(sv->tmp);
+    discard(sv, LLMT_OK);
+}
+
+int llmt_dist_save_sync(llmt_trainer *tr, int32_t tier)
+{
+    llmt_optimizer *o = tr->parts.optimizer;
+    llmt_dist_save sv;
+    char blob[256];
+    LLMT_TRY(llmt_dist_save_open(tr, tier, &sv, blob, sizeof blob));
+    int rc = llmt_dist_save_write(&sv, o, llmt_comm_rank(o->comm), llmt_comm_size(o->comm));
+    rc = llmt_dist_save_close(tr, &sv, rc);
     tr->saved[tier] = rc ? -1 : tr->step;
     return rc;
 }
@@ -265,6 +314,7 @@ int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step)
     llmt_optimizer *o = tr->parts.optimizer;
     llmt_model *m = tr->parts.model;
     const int root = llmt_comm_rank(o->comm) == ROOT;
+    LLMT_TRY(llmt_trainer_dist_join(tr)); /* the save in flight is committed first */
     position *pos = calloc(1, sizeof *pos);
     int rc = pos ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "resume: out of memory");
     LLMT_TRY(agree_told(o->comm, rc)); /* as the agreement below, so no rank waits alone */

@@ -160,6 +160,7 @@ void llmt_trainer_free(llmt_trainer *tr)
         return;
     if (tr->parts.store)
         llmt_ckpt_wait(tr->parts.store);
+    llmt_trainer_dist_free(tr); /* local: abandons a data-parallel save in flight */
     llmt_metrics_close(tr);
     if (tr->owned)
         llmt_trainer_free_owned(tr);
@@ -298,7 +299,7 @@ static int join_save(llmt_trainer *tr)
 static int save_tier(llmt_trainer *tr, int32_t tier, int async)
 {
     if (tr->parts.optimizer->comm)
-        return llmt_trainer_dist_save(tr, tier); /* synchronous */
+        return llmt_trainer_dist_save(tr, tier, async);
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
     char blob[256];
     llmt_trainer_fill_state(tr, &st, blob, sizeof blob);
@@ -322,7 +323,9 @@ int llmt_trainer_save(llmt_trainer *tr, int32_t tier)
     if (tr && tr->parts.optimizer->comm) {
         if (tier != LLMT_CKPT_DURABLE && tier != LLMT_CKPT_FAST)
             return llmt_fail(LLMT_EINVAL, "llmt_trainer_save: tier = %d is not a tier", tier);
-        /* Rank 0 decides, as below, whether the step is saved already. */
+        /* The save in flight is finished (its failure reported here); then
+         * rank 0 decides, as below, whether the step is saved already. */
+        LLMT_TRY(llmt_trainer_dist_join(tr));
         llmt_ckpt_store *st = tr->parts.store;
         int64_t done = st && tr->saved[tier] == tr->step && llmt_ckpt_committed(st, tier) == tr->step;
         LLMT_TRY(llmt_comm_broadcast(tr->parts.optimizer->comm, "llmt_trainer_save", &done,
@@ -389,6 +392,8 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
 
     if (tr->cfg.eval_every && tr->step % tr->cfg.eval_every == 0)
         LLMT_TRY(agreed(tr, llmt_trainer_evaluate(tr, &r.eval_loss)));
+    if (p->optimizer->comm) /* a data-parallel save in flight commits once written */
+        LLMT_TRY(llmt_trainer_dist_poll(tr));
     if (tr->cfg.fast_checkpoint_every && tr->step % tr->cfg.fast_checkpoint_every == 0) {
         LLMT_TRY(save_tier(tr, LLMT_CKPT_FAST, tr->cfg.checkpoint_async));
         r.checkpointed |= 1 << LLMT_CKPT_FAST;
@@ -397,6 +402,10 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
         LLMT_TRY(save_tier(tr, LLMT_CKPT_DURABLE, tr->cfg.checkpoint_async));
         r.checkpointed |= 1 << LLMT_CKPT_DURABLE;
     }
+    /* The run's last step, reached on every rank: its save commits here,
+     * not in llmt_trainer_free, which runs no collective. */
+    if (p->optimizer->comm && tr->step >= tr->cfg.total_steps)
+        LLMT_TRY(llmt_trainer_dist_join(tr));
     LLMT_TRY(llmt_context_memory_stats(tr->ctx, &ms));
     memcpy(r.mem_current, ms.current, sizeof r.mem_current);
     r.step = tr->step;
@@ -427,5 +436,7 @@ int llmt_trainer_run(llmt_trainer *tr, int64_t steps)
         if (stop)
             break;
     }
-    return LLMT_OK;
+    /* Every rank gets here alike (the stop is agreed): the save in flight
+     * commits before the caller may free. */
+    return tr->parts.optimizer->comm ? llmt_trainer_dist_join(tr) : LLMT_OK;
 }

@@ -22,6 +22,9 @@ struct llmt_trainer {
      * (-1: none). */
     int64_t saved[2];
     int saving_tier;
+    /* A data-parallel run's async save (dist_ckpt_async.c; NULL until the
+     * first). */
+    struct llmt_dist_async *dist_async;
     int32_t *tokens, *targets; /* the current batch (host) */
     llmt_loader_state eval_start;
 
@@ -75,9 +78,24 @@ uint64_t llmt_trainer_dist_hash(const llmt_trainer *tr);
 int llmt_trainer_dist_memory(llmt_trainer *tr, uint64_t *peak, uint64_t *capacity);
 /* Sets *flag to 1 on every rank when any rank's is nonzero. */
 int llmt_trainer_dist_any(llmt_trainer *tr, int *flag);
-/* llmt_trainer_save's work across the ranks: rank 0 saves, with the
- * optimizer state gathered to it; the ranks agree on the outcome. */
-int llmt_trainer_dist_save(llmt_trainer *tr, int32_t tier);
+/* llmt_trainer_save's work across the ranks (a sharded checkpoint: every
+ * rank writes its range, the ranks agree, rank 0 commits). The save in
+ * flight is finished first. With async, each rank stages its part and
+ * writes it on a thread of its own; the agreement and commit come at the
+ * next join (llmt_trainer_dist_poll finding every writer done,
+ * llmt_trainer_dist_join): a synchronous save when staging does not fit. */
+int llmt_trainer_dist_save(llmt_trainer *tr, int32_t tier, int async);
+/* At a step's save point: finishes the save in flight when every rank's
+ * writer is done (collective while one is in flight). */
+int llmt_trainer_dist_poll(llmt_trainer *tr);
+/* Waits for the save in flight and finishes it: agreement, records,
+ * commit (collective while one is in flight); its failure on any rank is
+ * returned on every rank, and that step is not saved. */
+int llmt_trainer_dist_join(llmt_trainer *tr);
+/* Local, for llmt_trainer_free: joins this rank's writer, abandons the save
+ * in flight (logged; rank 0 removes its temporary directory, nothing is
+ * committed) and frees the staging. */
+void llmt_trainer_dist_free(llmt_trainer *tr);
 /* llmt_trainer_resume_latest across the ranks: rank 0 loads and hands each
  * rank the weights, its optimizer range and the run's position. */
 int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step);

@@ -13,23 +13,38 @@
  *       reading fails the load on all ranks with the file named. With -n 1
  *       also: llmt_ckpt_consolidate against a single-process save of the
  *       same state, byte for byte.
+ *   test_ckpt_sharded async DIR   (-n 2, 3) saves every 2 steps: async
+ *       saves write the very files of sync saves of the same steps, and the
+ *       step returns while its writer thread is held; staging that does not
+ *       fit on one rank makes every rank save synchronously (logged); a
+ *       write failing on one rank's writer thread fails the next step on
+ *       every rank, the previous checkpoint stays the newest, and the next
+ *       save writes; llmt_trainer_free with a save in flight runs no
+ *       collective: it returns at once on a rank whose peers are elsewhere,
+ *       commits nothing and leaves no temporary directory.
  *   test_ckpt_sharded churn DIR SEED   trains DIR's run from step 0, saving
- *       after every step, while one rank (chosen by SEED) kills itself with
- *       SIGKILL at a random instant; then
+ *       after every step (keeping 2; async saves for an odd SEED), while one
+ *       rank (chosen by SEED) kills itself with SIGKILL at a random instant
+ *       inside one of the saves 4 to 7 (a timer armed as that save starts),
+ *       the victim of an async trial keeping in DIR/phase where it is: W in
+ *       its writer, C in the commit (the join), - elsewhere; then
  *   test_ckpt_sharded check DIR   checks that every checkpoint left
  *       verifies, that the newest loads with the uninterrupted run's state,
  *       and that the run saves again (ckpt_kill.sh runs the trials).
  *
  * DIR is shared by the save (a ctest fixture) and the loads; each load works
  * on its own copies, so loads may run side by side. Threads: one per rank. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <mpi.h>
@@ -42,6 +57,7 @@
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
+#include "train/dist_ckpt.h"
 #include "train/trainer_internal.h"
 
 enum { FIRST = 5 }; /* the earlier checkpoint, the fallback */
@@ -474,6 +490,46 @@ static void test_single_file(const char *dir, llmt_comm *comm)
     run_close(&r);
 }
 
+/* One process whose optimizer keeps layer 0's state (and then all of it)
+ * in host memory resumes the sharded checkpoint: every state tensor, read
+ * back through llmt_optimizer_get_state, equals the saved bytes. */
+static void test_offloaded_load(const char *dir)
+{
+    char ckpt[900], path[1000];
+    copy_ckpt(dir, "offload", ckpt, sizeof ckpt);
+    snprintf(path, sizeof path, "%s/saved.bin", dir);
+    const int32_t placements[2] = {1, LLMT_OFFLOAD_ALL_LAYERS};
+    for (int k = 0; k < 2; k++) {
+        run r;
+        run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, NULL, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 5);
+        must(llmt_optimizer_set_offload(r.opt, LLMT_OFFLOAD_OPTIMIZER, placements[k]), "offload");
+        int64_t step = -1;
+        must(llmt_trainer_resume_latest(r.tr, &step), "resume offloaded");
+        EXPECT(step == HALF, "offloaded: resumed from %lld", (long long)step);
+        const llmt_model *m = r.model;
+        size_t total = m->weights.bytes + (size_t)m->num_params * 3 * sizeof(float);
+        char *want = malloc(total);
+        FILE *f = fopen(path, "rb");
+        if (!f || fread(want, 1, total, f) != total)
+            must(LLMT_EIO, path);
+        fclose(f);
+        for (int kind = 0; kind < 3; kind++) /* bf16_mixed: fp32 m, v and master */
+            for (int32_t i = 0; i < m->n_params; i++) {
+                const llmt_param *p = &m->params[i];
+                float *got = malloc((size_t)p->numel * sizeof *got);
+                must(llmt_optimizer_get_state(r.opt, kind, p->name, got, (size_t)p->numel),
+                     "get_state");
+                const char *at = want + m->weights.bytes +
+                                 ((size_t)kind * (size_t)m->num_params + (size_t)p->offset) * 4;
+                EXPECT(memcmp(got, at, (size_t)p->numel * 4) == 0, "offloaded (layers %d): "
+                       "state %d of %s differs from the saved one", placements[k], kind, p->name);
+                free(got);
+            }
+        free(want);
+        run_close(&r);
+    }
+}
+
 static void do_load(const char *dir, llmt_comm *comm)
 {
     char ckpt[900], path[1000];
@@ -494,26 +550,349 @@ static void do_load(const char *dir, llmt_comm *comm)
     test_damage(dir, comm, "delete");
     test_chunks(dir, comm);
     test_single_file(dir, comm);
-    if (size == 1)
+    if (size == 1) {
         test_consolidate(dir);
+        test_offloaded_load(dir);
+    }
+}
+
+/* ---- async saves */
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The library's calls of llmt_dist_save_write (an async save's writer) go
+ * through this wrapper (-Wl,--wrap): while `hold` is set, a call on a
+ * writer thread waits for it to clear (`held` says one does), and a call on
+ * the main thread sets `in_place`; `writes_done` counts finished calls. The
+ * async save's close (its commit) is wrapped too. Both keep the phase in
+ * phase_fd's first byte when a churn's victim set it (a write lands in the
+ * page cache: a SIGKILL does not lose it). */
+static pthread_t main_thread;
+static atomic_int hold, held, in_place, writes_done;
+static int phase_fd = -1;
+
+/* The kill of an async churn's victim, armed by the wrappers as its write
+ * (or close) number kill_at starts, kill_fraction of the shortest one so
+ * far later: it lands inside that phase (or just after, when this one is
+ * quicker). The writes run one at a time (each joined before the next). */
+static int kill_at, kill_in_close, writes_seen, closes_seen;
+static double kill_fraction, shortest_write = 1e9, shortest_close = 1e9;
+
+static double now(void);
+static void arm_kill(double seconds);
+
+static void set_phase(char c)
+{
+    if (phase_fd >= 0 && pwrite(phase_fd, &c, 1, 0) != 1)
+        must(LLMT_EIO, "the phase file");
+}
+
+int __real_llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc);
+int __wrap_llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc);
+
+int __wrap_llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc)
+{
+    if (phase_fd >= 0 && kill_in_close && ++closes_seen == kill_at)
+        arm_kill(kill_fraction * shortest_close);
+    double t0 = now();
+    set_phase('C');
+    rc = __real_llmt_dist_save_close(tr, sv, rc);
+    set_phase('-');
+    shortest_close = now() - t0 < shortest_close ? now() - t0 : shortest_close;
+    return rc;
+}
+
+int __real_llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t rank,
+                                int32_t size);
+int __wrap_llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t rank,
+                                int32_t size);
+
+int __wrap_llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t rank,
+                                int32_t size)
+{
+    if (atomic_load(&hold) && pthread_equal(pthread_self(), main_thread)) {
+        atomic_store(&in_place, 1);
+    } else if (atomic_load(&hold)) {
+        atomic_store(&held, 1);
+        while (atomic_load(&hold))
+            usleep(1000);
+    }
+    if (phase_fd >= 0 && !kill_in_close && ++writes_seen == kill_at)
+        arm_kill(kill_fraction * shortest_write);
+    double t0 = now();
+    set_phase('W');
+    int rc = __real_llmt_dist_save_write(sv, o, rank, size);
+    set_phase('-');
+    shortest_write = now() - t0 < shortest_write ? now() - t0 : shortest_write;
+    atomic_fetch_add(&writes_done, 1);
+    return rc;
+}
+
+/* Waits (at most 10 s) until *flag reaches at least `least`. */
+static int wait_for(atomic_int *flag, int least)
+{
+    for (double t0 = now(); atomic_load(flag) < least; usleep(1000))
+        if (now() - t0 > 10.0)
+            return 0;
+    return 1;
+}
+
+static char log_text[8192]; /* the trainer's log lines on this rank */
+
+static void keep_log(void *user, const char *line)
+{
+    (void)user;
+    size_t n = strlen(log_text);
+    snprintf(log_text + n, sizeof log_text - n, "%s\n", line);
+}
+
+/* A run over DIR's data that saves every 2 steps into ckpt, asynchronously
+ * or not (set in the trainer's configuration: run_open has no such knob). */
+static void open_saving_run(run *r, const char *dir, llmt_comm *comm, const char *ckpt, int async)
+{
+    if (rank == 0)
+        sh("rm -rf '%s'%s", ckpt, "");
+    MPI_Barrier(MPI_COMM_WORLD);
+    run_open(r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 2, 77);
+    r->tr->cfg.checkpoint_async = async;
+    log_text[0] = '\0';
+    must(llmt_trainer_set_log(r->tr, keep_log, NULL), "log");
+}
+
+static int committed(const char *ckpt, int step)
+{
+    char path[1000];
+    snprintf(path, sizeof path, "%s/step-%08d", ckpt, step);
+    return access(path, F_OK) == 0;
+}
+
+/* Async saves of steps 2, 4 and 6 (the last committed by the explicit wait,
+ * llmt_trainer_save) write the very files of synchronous saves of the same
+ * steps; step 2 returns while its writer is held (on a thread, not run in
+ * place), and nothing is committed until the writer is let go. */
+static void test_async_same_bytes(const char *dir, llmt_comm *comm)
+{
+    char sync_ckpt[900], async_ckpt[900];
+    snprintf(sync_ckpt, sizeof sync_ckpt, "%s/sync", dir);
+    snprintf(async_ckpt, sizeof async_ckpt, "%s/async", dir);
+    run r;
+    open_saving_run(&r, dir, comm, sync_ckpt, 0);
+    train(&r, 6, NULL);
+    run_close(&r);
+    open_saving_run(&r, dir, comm, async_ckpt, 1);
+    atomic_store(&hold, 1);
+    train(&r, 2, NULL);
+    EXPECT(wait_for(&held, 1) && !atomic_load(&in_place), "step 2 returned without its "
+           "writer held on a thread (in place: %d)", atomic_load(&in_place));
+    EXPECT(rank != 0 || !committed(async_ckpt, 2), "step 2 was committed while its writer "
+           "was held");
+    atomic_store(&hold, 0);
+    train(&r, 4, NULL);
+    must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "the wait for step 6");
+    EXPECT(!strstr(log_text, "abandoned"), "a save was abandoned: %s", log_text);
+    run_close(&r);
+    EXPECT(!strstr(log_text, "does not fit"), "an async save fell back: %s", log_text);
+    for (int step = 2; rank == 0 && step <= 6; step += 2) {
+        char cmd[2400];
+        snprintf(cmd, sizeof cmd, "diff -r '%s/step-%08d' '%s/step-%08d'", sync_ckpt, step,
+                 async_ckpt, step);
+        EXPECT(system(cmd) == 0, "the async save of step %d differs from the sync one", step);
+    }
+}
+
+/* Staging that does not fit on the last rank: every rank saves step 2
+ * synchronously and says so (and keeps no staging). Then the last rank's
+ * writer fails (its file size limit) in the async save of step 4: once
+ * every writer is done, step 5 (its poll) fails on every rank naming that
+ * rank's file, step 2 stays the newest and nothing else is left; the next
+ * save writes step 5. */
+static void test_async_failure(const char *dir, llmt_comm *comm)
+{
+    char ckpt[900];
+    snprintf(ckpt, sizeof ckpt, "%s/failing", dir);
+    const int victim = size - 1;
+    run r;
+    open_saving_run(&r, dir, comm, ckpt, 1);
+    train(&r, 1, NULL);
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r.ctx, &ms), "memory stats");
+    if (rank == victim)
+        must(llmt_context_set_budget(r.ctx, ms.total_current + 1), "budget");
+    train(&r, 1, NULL);
+    if (rank == victim)
+        must(llmt_context_set_budget(r.ctx, 0), "budget");
+    EXPECT(strstr(log_text, "step 2: async save does not fit") &&
+               strstr(log_text, "saving synchronously"),
+           "no fallback to a sync save logged: %s", log_text);
+    must(llmt_context_memory_stats(r.ctx, &ms), "memory stats");
+    EXPECT(ms.current[LLMT_MEM_STAGING] == 0, "%llu bytes of staging kept after the sync "
+           "fallback", (unsigned long long)ms.current[LLMT_MEM_STAGING]);
+    EXPECT(rank != 0 || committed(ckpt, 2), "the sync save of step 2 was not committed");
+
+    train(&r, 1, NULL);
+    struct rlimit old, tiny = {1024, 1024};
+    getrlimit(RLIMIT_FSIZE, &old);
+    tiny.rlim_max = old.rlim_max;
+    if (rank == victim) {
+        signal(SIGXFSZ, SIG_IGN);
+        setrlimit(RLIMIT_FSIZE, &tiny);
+    }
+    const int done = atomic_load(&writes_done);
+    train(&r, 1, NULL); /* step 4: its save starts; the victim's writer fails */
+    EXPECT(wait_for(&writes_done, done + 1), "step 4's writer did not finish");
+    if (rank == victim)
+        setrlimit(RLIMIT_FSIZE, &old);
+    usleep(200000); /* the writer marks itself done just after the write returns */
+    MPI_Barrier(MPI_COMM_WORLD);
+    llmt_step_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.version = LLMT_STEP_REPORT_VERSION;
+    int rc = llmt_trainer_step(r.tr, &rep); /* step 5: its poll finds every writer done */
+    char file[64], who[32];
+    llmt_manifest_shard_name(file, sizeof file, victim, size);
+    snprintf(who, sizeof who, "rank %d failed", victim);
+    const char *msg = llmt_error_last();
+    EXPECT(rc != LLMT_OK && strstr(msg, "the async save of step 4 failed") && strstr(msg, file) &&
+               (rank == victim || strstr(msg, who)),
+           "a failed async write: status %d: %s", rc, msg);
+    if (rank == 0) {
+        int64_t step = -1;
+        int32_t tier = -1;
+        must(llmt_ckpt_latest(r.store, &step, &tier, NULL, 0), "latest");
+        EXPECT(step == 2, "latest after the failed async save: %lld", (long long)step);
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "test \"$(ls '%s' | grep -c -v -e '^step-00000002$' -e "
+                 "'^llmt.lock$')\" = 0", ckpt);
+        EXPECT(system(cmd) == 0, "the failed save left something in %s", ckpt);
+    }
+    must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "the save after the failure");
+    EXPECT(rank != 0 || llmt_ckpt_verify(r.store, 5, LLMT_CKPT_DURABLE) == LLMT_OK,
+           "step 5 saved: %s", llmt_error_last());
+    run_close(&r);
+}
+
+/* The save in flight commits where every rank is: at the end of
+ * llmt_trainer_run (step 2's), and in the step that reaches total_steps
+ * (step 4's), so the free that follows abandons nothing. */
+static void test_async_run_end(const char *dir, llmt_comm *comm)
+{
+    char ckpt[900];
+    snprintf(ckpt, sizeof ckpt, "%s/ended", dir);
+    run r;
+    open_saving_run(&r, dir, comm, ckpt, 1);
+    r.tr->cfg.total_steps = 4;
+    must(llmt_trainer_run(r.tr, 2), "run");
+    EXPECT(rank != 0 || committed(ckpt, 2), "step 2 not committed when llmt_trainer_run "
+           "returned");
+    train(&r, 2, NULL);
+    EXPECT(rank != 0 || committed(ckpt, 4), "step 4 (total_steps) not committed when it "
+           "returned");
+    run_close(&r);
+    EXPECT(!strstr(log_text, "abandoned"), "a save was abandoned: %s", log_text);
+}
+
+/* llmt_trainer_free runs no collective: with step 2's async save in flight,
+ * the other ranks free while rank 0 runs none (it waits up to 3 s for their
+ * word), each free returning within a second; then rank 0's free removes
+ * the temporary directory and commits nothing. Every rank logs why. */
+static void test_async_free_local(const char *dir, llmt_comm *comm)
+{
+    char ckpt[900];
+    snprintf(ckpt, sizeof ckpt, "%s/freed", dir);
+    run r;
+    open_saving_run(&r, dir, comm, ckpt, 1);
+    train(&r, 2, NULL);
+    int word = 0, told = 0, flag = 0;
+    double t0 = now();
+    if (rank != 0) {
+        llmt_trainer_free(r.tr);
+        EXPECT(now() - t0 < 1.0, "llmt_trainer_free on rank %d alone took %.1f s", rank,
+               now() - t0);
+        MPI_Send(&word, 1, MPI_INT, 0, 35, MPI_COMM_WORLD);
+    } else {
+        while (told < size - 1 && now() - t0 < 3.0) {
+            MPI_Iprobe(MPI_ANY_SOURCE, 35, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            if (flag)
+                MPI_Recv(&word, 1, MPI_INT, MPI_ANY_SOURCE, 35, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            told += flag;
+            usleep(flag ? 0 : 1000);
+        }
+        EXPECT(told == size - 1, "only %d of %d ranks returned from llmt_trainer_free while "
+               "rank 0 ran no collective", told, size - 1);
+        t0 = now();
+        llmt_trainer_free(r.tr);
+        EXPECT(now() - t0 < 1.0, "llmt_trainer_free on rank 0 took %.1f s", now() - t0);
+        for (; told < size - 1; told++) /* what a collective free sent late */
+            MPI_Recv(&word, 1, MPI_INT, MPI_ANY_SOURCE, 35, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "test \"$(ls '%s')\" = llmt.lock", ckpt);
+        EXPECT(system(cmd) == 0, "the abandoned save left something in %s", ckpt);
+    }
+    r.tr = NULL;
+    EXPECT(strstr(log_text, "async save of step 2 abandoned: call llmt_trainer_save "
+                  "(collective) before free"), "no abandoned save logged: %s", log_text);
+    run_close(&r);
+}
+
+static void do_async(const char *dir, llmt_comm *comm)
+{
+    if (rank == 0) {
+        sh("rm -rf '%s' && mkdir -p '%s'", dir, dir);
+        write_shard(dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    main_thread = pthread_self();
+    test_async_same_bytes(dir, comm);
+    test_async_failure(dir, comm);
+    test_async_run_end(dir, comm);
+    test_async_free_local(dir, comm);
 }
 
 /* ---- SIGKILL trials (driven by ckpt_kill.sh) */
 
-/* Trains and saves after every step, up to STEPS; rank victim kills itself
- * (SIGKILL) after delay_us microseconds, at whatever point it then is. */
-static void *killer(void *arg)
+enum { KEEP = 2,          /* the churn store rotates at every save from the third */
+       KILL_FIRST = 4,    /* the kill comes in save KILL_FIRST.. */
+       KILL_SAVES = 4 };  /* ..KILL_FIRST + KILL_SAVES - 1 (1-based) */
+
+/* Arms a timer that sends this process SIGKILL after `seconds`. */
+static void arm_kill(double seconds)
 {
-    usleep((useconds_t)(uintptr_t)arg);
-    raise(SIGKILL);
-    return NULL;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_SIGNAL;
+    ev.sigev_signo = SIGKILL;
+    timer_t t;
+    struct itimerspec when;
+    memset(&when, 0, sizeof when);
+    const long long ns = (long long)(seconds * 1e9) + 1; /* never 0: that disarms */
+    when.it_value.tv_sec = (time_t)(ns / 1000000000);
+    when.it_value.tv_nsec = (long)(ns % 1000000000); /* < 1e9, as timer_settime needs */
+    if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0 || timer_settime(t, 0, &when, NULL) != 0)
+        must(LLMT_EIO, "the kill timer");
 }
 
+/* Trains DIR's run and saves after every step into a store that keeps
+ * KEEP checkpoints, synchronously (llmt_trainer_save) for an even SEED, for
+ * an odd one asynchronously (the trainer's own saves: each rank's writer
+ * runs while the next step trains, the commit comes at a later step's save
+ * point). Rank `victim` (chosen by SEED) times its saves and, as save number
+ * `at` (among the later ones) starts, arms a SIGKILL a random fraction of
+ * its shortest save so far later: the kill lands inside that save (or just
+ * after it, when this one is quicker). Async, "save" is its writer, or for
+ * every other odd SEED its close (the agreement and commit): the wrappers
+ * time them and arm the kill. */
 static void do_churn(const char *dir, llmt_comm *comm, unsigned seed)
 {
     srand(seed);
+    const int async = seed % 2;
     int victim = rand() % size;
-    uintptr_t delay = (uintptr_t)(rand() % 120000);
+    int at = KILL_FIRST + rand() % KILL_SAVES;
+    double fraction = (double)rand() / ((double)RAND_MAX + 1.0);
     char ckpt[900];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     char data[1000];
@@ -524,15 +903,39 @@ static void do_churn(const char *dir, llmt_comm *comm, unsigned seed)
     }
     MPI_Barrier(MPI_COMM_WORLD);
     run r;
-    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 77);
-    pthread_t t;
-    if (rank == victim)
-        pthread_create(&t, NULL, killer, (void *)delay);
-    for (int s = 0; s < STEPS; s++) {
+    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    if (rank == 0) { /* rank 0's store, keeping KEEP */
+        llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+        sc.keep = KEEP;
+        must(llmt_ckpt_store_open(&r.store, r.ctx, ckpt, &sc), "store");
+        r.tr->parts.store = r.store;
+    }
+    r.tr->cfg.checkpoint_every = async; /* set after creation: ranks but 0 have no store */
+    r.tr->cfg.checkpoint_async = async;
+    char phase[1000];
+    snprintf(phase, sizeof phase, "%s/phase", dir);
+    if (async && rank == victim && (phase_fd = open(phase, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
+        must(LLMT_EIO, phase);
+    set_phase('-');
+    if (phase_fd >= 0) {
+        kill_at = at;
+        kill_in_close = seed / 2 % 2;
+        kill_fraction = fraction;
+    }
+    double shortest = 1e9;
+    for (int s = 1; s <= STEPS; s++) {
         train(&r, 1, NULL);
+        if (async)
+            continue; /* the wrappers arm the victim's kill */
+        if (rank == victim && s == at)
+            arm_kill(fraction * shortest);
+        double t0 = now();
         must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "save");
+        shortest = now() - t0 < shortest ? now() - t0 : shortest;
     }
     run_close(&r); /* not killed in time: the trial is a plain run */
+    if (phase_fd >= 0)
+        close(phase_fd);
 }
 
 /* After a trial: every checkpoint in the store verifies (no partial one is
@@ -586,10 +989,11 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *mode = argc >= 3 ? argv[1] : "";
-    if (!(argc == 3 && (!strcmp(mode, "save") || !strcmp(mode, "load") || !strcmp(mode, "check"))) &&
+    if (!(argc == 3 && (!strcmp(mode, "save") || !strcmp(mode, "load") || !strcmp(mode, "check") ||
+                        !strcmp(mode, "async"))) &&
         !(argc == 4 && !strcmp(mode, "churn"))) {
         if (rank == 0)
-            fprintf(stderr, "usage: %s save|load|check DIR, or churn DIR SEED\n", argv[0]);
+            fprintf(stderr, "usage: %s save|load|check|async DIR, or churn DIR SEED\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
@@ -601,6 +1005,8 @@ int main(int argc, char **argv)
         do_load(argv[2], m->comm);
     else if (!strcmp(mode, "check"))
         do_check(argv[2], m->comm);
+    else if (!strcmp(mode, "async"))
+        do_async(argv[2], m->comm);
     else
         do_churn(argv[2], m->comm, (unsigned)strtoul(argv[3], NULL, 10));
     int all = 0;

@@ -119,6 +119,8 @@ static void test_resume(const char *dir, const char *ckpt, llmt_comm *comm, int 
                "llmt_ckpt_load into a sharded optimizer: status %d, \"%s\"", rc, llmt_error_last());
     }
     train(&first, HALF, NULL);
+    /* Short of total_steps: step 10's async save commits here, not in free. */
+    must(llmt_trainer_save(first.tr, LLMT_CKPT_DURABLE), "the wait for step 10");
     run_close(&first);
     int64_t step = -1;
     int bitwise = 0;
