@@ -22,11 +22,6 @@
  * suffixes of optimizer.safetensors (format 1). */
 static const char *const section_name[3] = {"exp_avg", "exp_avg_sq", "master"};
 
-static llmt_buf *section_buf(llmt_optimizer *o, int sec)
-{
-    return sec == 0 ? &o->m : sec == 1 ? &o->v : &o->master;
-}
-
 /* 3 with fp32 master weights (mixed precision), else 2. Not o->master.ptr:
  * a rank whose range is empty has no buffer, but its file has the tensor. */
 static int sections_of(const llmt_optimizer *o)
@@ -68,7 +63,8 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
     /* Whole in m, v and master: a sharded optimizer is never offloaded, and
      * an async save's staged copy holds both segments there (split = first). */
     for (int sec = 0; sec < n; sec++) {
-        llmt_buf *b = section_buf((llmt_optimizer *)o, sec);
+        const llmt_buf *host, *b;
+        llmt_offload_section(o, sec, &host, &b);
         t[sec].name = section_name[sec];
         t[sec].dtype = section_dtype(o, sec);
         t[sec].ndim = 1;

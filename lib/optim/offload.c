@@ -36,6 +36,12 @@ int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t nu
     return LLMT_OK;
 }
 
+int64_t llmt_offload_split(const llmt_optimizer *o, int32_t parts, int32_t layers)
+{
+    int64_t p = llmt_offload_prefix(o->model, parts, layers);
+    return p < o->first ? o->first : p > o->end ? o->end : p;
+}
+
 size_t llmt_offload_staging_bytes(int host_memory, int64_t host_elems, size_t w_size)
 {
     if (host_memory || host_elems <= 0)
@@ -232,9 +238,8 @@ int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, const void *g, int
     return LLMT_OK;
 }
 
-/* The buffers of section sec in o: host and device. */
-static void section_bufs(const llmt_optimizer *o, int sec, const llmt_buf **host,
-                         const llmt_buf **dev)
+void llmt_offload_section(const llmt_optimizer *o, int sec, const llmt_buf **host,
+                          const llmt_buf **dev)
 {
     *host = sec == 0 ? &o->hm : sec == 1 ? &o->hv : &o->hmaster;
     *dev = sec == 0 ? &o->m : sec == 1 ? &o->v : &o->master;
@@ -243,7 +248,7 @@ static void section_bufs(const llmt_optimizer *o, int sec, const llmt_buf **host
 void *llmt_offload_state_base(const llmt_optimizer *o, int sec, int64_t e, int64_t *index)
 {
     const llmt_buf *host, *dev;
-    section_bufs(o, sec, &host, &dev);
+    llmt_offload_section(o, sec, &host, &dev);
     int in_host = e < o->split;
     *index = in_host ? e - o->first : e - o->split;
     return in_host ? host->ptr : dev->ptr;
@@ -302,8 +307,7 @@ int llmt_optimizer_set_offload(llmt_optimizer *o, int32_t parts, int32_t layers)
     if (parts == LLMT_OFFLOAD_NONE)
         layers = 0;
     const llmt_model *m = o->model;
-    int64_t p = llmt_offload_prefix(m, parts, layers);
-    int64_t split = p < o->first ? o->first : p > o->end ? o->end : p;
+    int64_t split = llmt_offload_split(o, parts, layers);
     if (split != o->split) {
         placement next, old;
         LLMT_TRY(placement_alloc(o, split, &next));

@@ -76,6 +76,15 @@ int llmt_offload_master_from_weights(llmt_optimizer *o);
 int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, const void *g, int64_t off,
                         int64_t e);
 
+/* The split point of o's range [first, end) for an offload of (parts,
+ * layers): the offloaded prefix (llmt_offload_prefix) clamped to the range. */
+int64_t llmt_offload_split(const llmt_optimizer *o, int32_t parts, int32_t layers);
+
+/* The buffers of state section sec (0 first moment, 1 second, 2 master):
+ * the host segment's and the device segment's. */
+void llmt_offload_section(const llmt_optimizer *o, int sec, const llmt_buf **host,
+                          const llmt_buf **dev);
+
 /* The buffer of state section sec (0 first moment, 1 second, 2 master) that
  * holds element e (first <= e < end), and e's element index in it. */
 void *llmt_offload_state_base(const llmt_optimizer *o, int sec, int64_t e, int64_t *index);

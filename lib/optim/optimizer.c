@@ -147,9 +147,8 @@ int llmt_optimizer_alloc_state(llmt_optimizer *o, int64_t first, int64_t end)
         return rc;
     o->offload_parts = o->cfg.offload_parts;
     o->offload_layers = o->offload_parts == LLMT_OFFLOAD_NONE ? 0 : o->cfg.offload_layers;
-    int64_t p = llmt_offload_prefix(model, o->offload_parts, o->offload_layers);
     o->split = first;
-    rc = llmt_offload_alloc(o, p < first ? first : p > end ? end : p);
+    rc = llmt_offload_alloc(o, llmt_offload_split(o, o->offload_parts, o->offload_layers));
     if (!rc)
         rc = llmt_buf_alloc(model->ctx, &o->scratch, LLMT_MEM_WORKSPACE,
                             model->ops->optim_scratch_bytes, "optimizer scratch");
@@ -471,7 +470,9 @@ int llmt_optimizer_get_state(const llmt_optimizer *o, int kind, const char *name
     if (!o->comm)
         return llmt_offload_state_io(o, sec, p->offset, p->numel, out, 0);
     /* A sharded optimizer keeps its whole range on the device. */
-    return llmt_optimizer_gather_tensor((llmt_optimizer *)o, sec == 0 ? o->m.ptr : sec == 1 ? o->v.ptr : o->master.ptr,
+    const llmt_buf *host, *dev;
+    llmt_offload_section(o, sec, &host, &dev);
+    return llmt_optimizer_gather_tensor((llmt_optimizer *)o, dev->ptr,
                                         sec == 2 ? LLMT_DTYPE_F32 : o->state_dt, p->offset,
                                         p->numel, out);
 }

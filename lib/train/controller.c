@@ -6,7 +6,6 @@
 
 #include "core/context_internal.h"
 #include "core/error.h"
-#include "optim/offload.h"
 #include "optim/optim_internal.h"
 #include "train/controller.h"
 
@@ -72,9 +71,8 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
  * offloaded (its device segment, as the optimizer sizes it). */
 static uint64_t device_state_bytes(const llmt_optimizer *o, int32_t offload_layers)
 {
-    int64_t p = llmt_offload_prefix(o->model, offload_layers ? LLMT_OFFLOAD_OPTIMIZER
-                                                             : LLMT_OFFLOAD_NONE, offload_layers);
-    int64_t split = p < o->first ? o->first : p > o->end ? o->end : p;
+    int64_t split = llmt_offload_split(o, offload_layers ? LLMT_OFFLOAD_OPTIMIZER
+                                                         : LLMT_OFFLOAD_NONE, offload_layers);
     size_t moment = 0, master = 0;
     llmt_optimizer_sizes(o->model->cfg.precision, o->end - split, &moment, &master);
     return 2 * (uint64_t)moment + master;

@@ -77,18 +77,19 @@ static void stage(llmt_dist_async *a, const llmt_optimizer *o)
     a->range.end = o->end;
     a->range.split = o->first;
     a->range.has_master = o->has_master;
-    const llmt_buf *host[3] = {&o->hm, &o->hv, &o->hmaster}, *dev[3] = {&o->m, &o->v, &o->master};
     llmt_buf *to[3] = {&a->range.m, &a->range.v, &a->range.master};
     for (int k = 0; k < 3; k++) {
-        to[k]->category = dev[k]->category;
-        to[k]->bytes = host[k]->bytes + dev[k]->bytes;
+        const llmt_buf *host, *dev;
+        llmt_offload_section(o, k, &host, &dev);
+        to[k]->category = dev->category;
+        to[k]->bytes = host->bytes + dev->bytes;
         to[k]->ptr = to[k]->bytes ? at : NULL;
-        if (host[k]->bytes)
-            memcpy(at, host[k]->ptr, host[k]->bytes); /* [first, split) */
-        at += host[k]->bytes;
-        if (dev[k]->bytes)
-            memcpy(at, dev[k]->ptr, dev[k]->bytes); /* [split, end) */
-        at += dev[k]->bytes;
+        if (host->bytes)
+            memcpy(at, host->ptr, host->bytes); /* [first, split) */
+        at += host->bytes;
+        if (dev->bytes)
+            memcpy(at, dev->ptr, dev->bytes); /* [split, end) */
+        at += dev->bytes;
     }
     ckpt_snapshot *snap = &a->save.snap;
     if (a->rank != LLMT_DIST_ROOT)
