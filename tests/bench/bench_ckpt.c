@@ -24,10 +24,9 @@
 #include <unistd.h>
 
 #include "bench_ratio.h"
+#include "bench_file_io.h"
 #include "bench_util.h"
 #include "llmt/llmt.h"
-
-#define IO_CHUNK ((size_t)64 << 20)
 
 static void die(const char *what)
 {
@@ -35,60 +34,14 @@ static void die(const char *what)
     exit(1);
 }
 
-/* Drops a file's cached pages, so the next read comes from the disk (or
- * from what caches below the guest's page cache: a VM's host). */
-static void drop_cache(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        fdatasync(fd);
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        close(fd);
-    }
-}
-
-/* Writes n bytes of buf to a new file at path and fsyncs it, then removes
- * the previous round's file old (NULL: none), as a save with keep = 1 writes
- * a new step and then removes the one before: both sides allocate fresh
- * blocks and free as many. On a VM's disk, blocks written before are
- * often much faster to write again than fresh ones, so an overwrite in
- * place would not be the same work. */
+/* bench_write_new, timed. */
 static double plain_write(const char *path, const char *old, const char *buf, size_t n)
 {
     double t = bench_now();
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        die(path);
-    for (size_t off = 0; off < n;) {
-        ssize_t k = write(fd, buf + off, n - off < IO_CHUNK ? n - off : IO_CHUNK);
-        if (k <= 0)
-            die("plain write");
-        off += (size_t)k;
-    }
-    if (fsync(fd) != 0)
-        die("plain fsync");
-    close(fd);
-    if (old && unlink(old) != 0)
-        die(old);
+    const char *failed = bench_write_new(path, old, buf, n);
+    if (failed)
+        die(failed);
     return bench_now() - t;
-}
-
-/* Reads path whole into buf (cap bytes at most), in IO_CHUNK reads. */
-static size_t read_whole(const char *path, char *buf, size_t cap)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        die(path);
-    size_t off = 0;
-    for (ssize_t k = 1; k > 0; off += (size_t)k) {
-        k = read(fd, buf + off, cap - off < IO_CHUNK ? cap - off : IO_CHUNK);
-        if (k < 0 || (k == 0 && off == cap))
-            die("plain read: the buffer is too small or read failed");
-        if (k == 0)
-            break;
-    }
-    close(fd);
-    return off;
 }
 
 /* A plain sequential read of the n files at paths, one after the other,
@@ -96,10 +49,13 @@ static size_t read_whole(const char *path, char *buf, size_t cap)
 static double plain_read(const char *const *paths, int n, char *buf, size_t cap)
 {
     for (int i = 0; i < n; i++)
-        drop_cache(paths[i]);
+        bench_drop_cache(paths[i]);
     double t = bench_now();
     for (int i = 0; i < n; i++) {
-        size_t got = read_whole(paths[i], buf, cap);
+        size_t got = 0;
+        const char *failed = bench_read_whole(paths[i], buf, cap, &got);
+        if (failed)
+            die(failed);
         buf += got;
         cap -= got;
     }
@@ -137,7 +93,7 @@ static double timed_load(llmt_ckpt_store *s, const ckpt_files *f, llmt_train_sta
                          int64_t step)
 {
     for (int i = 0; i < 3; i++)
-        drop_cache(f->path[i]);
+        bench_drop_cache(f->path[i]);
     double t = bench_now();
     if (llmt_ckpt_load(s, step, LLMT_CKPT_DURABLE, ld, NULL, 0, NULL))
         die("load");
@@ -256,7 +212,7 @@ int main(int argc, char **argv)
     ckpt_files last;
     ckpt_files_of(&last, store_dir, rounds + 2);
     for (int i = 0; i < 3; i++)
-        drop_cache(last.path[i]);
+        bench_drop_cache(last.path[i]);
     t = bench_now();
     int64_t step;
     int32_t tier;

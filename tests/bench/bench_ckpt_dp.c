@@ -35,12 +35,12 @@
 
 #include <mpi.h>
 
+#include "bench_file_io.h"
 #include "bench_ratio.h"
 #include "bench_util.h"
 #include "llmt/comm_mpi.h"
 #include "llmt/llmt.h"
 
-#define IO_CHUNK ((size_t)64 << 20)
 #define MAX_FILES 8
 enum { VOCAB = 32000, T = 16 };
 
@@ -70,18 +70,6 @@ __attribute__((format(printf, 3, 4))) static void path_fmt(char *out, size_t cap
     va_end(ap);
     if (n < 0 || (size_t)n >= cap)
         die("a path too long");
-}
-
-/* Drops a file's cached pages, so the next read comes from the disk (or
- * from what caches below the guest's page cache: a VM's host). */
-static void drop_cache(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        fdatasync(fd);
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        close(fd);
-    }
 }
 
 /* The files of a checkpoint step that this rank wrote: its optimizer file,
@@ -129,47 +117,28 @@ static void drop_step(const char *store_dir, int64_t step)
     for (struct dirent *e; (e = readdir(d));) {
         path_fmt(path, sizeof path, "%s/%s", dir, e->d_name);
         if (e->d_name[0] != '.')
-            drop_cache(path);
+            bench_drop_cache(path);
     }
     closedir(d);
 }
 
-/* Writes n bytes of buf to a new file at path and fsyncs it, then removes
- * old (NULL: none), as a save writes a new step and then removes the one
- * before (fresh blocks allocated, as many freed). */
 static void plain_write(const char *path, const char *old, const char *buf, size_t n)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        die(path);
-    for (size_t off = 0; off < n;) {
-        ssize_t k = write(fd, buf + off, n - off < IO_CHUNK ? n - off : IO_CHUNK);
-        if (k <= 0)
-            die("plain write");
-        off += (size_t)k;
-    }
-    if (fsync(fd) != 0)
-        die("plain fsync");
-    close(fd);
-    if (old && unlink(old) != 0)
-        die(old);
+    const char *failed = bench_write_new(path, old, buf, n);
+    if (failed)
+        die(failed);
 }
 
 /* Reads the files of f whole into buf (cap bytes), one after the other. */
 static void plain_read(const rank_files *f, char *buf, size_t cap)
 {
     for (int i = 0; i < f->n; i++) {
-        int fd = open(f->path[i], O_RDONLY);
-        if (fd < 0)
-            die(f->path[i]);
-        for (ssize_t k = 1; k > 0;) {
-            k = read(fd, buf, cap < IO_CHUNK ? cap : IO_CHUNK);
-            if (k < 0 || (k == 0 && cap == 0))
-                die("plain read: the buffer is too small or read failed");
-            buf += k;
-            cap -= (size_t)k;
-        }
-        close(fd);
+        size_t got = 0;
+        const char *failed = bench_read_whole(f->path[i], buf, cap, &got);
+        if (failed)
+            die(failed);
+        buf += got;
+        cap -= got;
     }
 }
 
@@ -318,7 +287,7 @@ int main(int argc, char **argv)
             /* Cold: each rank's own files, and on rank 0 every file of
              * the step (the resume verifies them all there). */
             for (int i = 0; i < f.n; i++)
-                drop_cache(f.path[i]);
+                bench_drop_cache(f.path[i]);
             if (rank == 0)
                 drop_step(store_dir, step);
             double t = phase_start();
