@@ -91,17 +91,22 @@ int llmt_ckpt_read_manifest_at(const char *dir, const char *label, int64_t step,
     return rc;
 }
 
-/* Checks one listed file's size and XXH3-64. */
-static int check_file(const char *dir, const char *label, const llmt_manifest_file *f)
+/* Checks one listed file: its size, and with hash its XXH3-64 too. */
+static int check_file(const char *dir, const char *label, const llmt_manifest_file *f, int hash)
 {
     char *path = path_in(dir, f->name);
     uint64_t size = 0, xxh3 = 0;
+    struct stat st;
     int rc = path ? entry_state(dir, path) : LLMT_ENOMEM;
-    if (!rc)
+    if (!rc && hash)
         rc = read_failure(dir, path, llmt_hash_file(path, &size, &xxh3));
+    else if (!rc && lstat(path, &st) != 0)
+        rc = read_failure(dir, path, llmt_fail(LLMT_EIO, "%s: %s", path, strerror(errno)));
+    else if (!rc)
+        size = (uint64_t)st.st_size;
     if (!rc && size != f->bytes)
         rc = llmt_fail(LLMT_ECORRUPT, "size %" PRIu64 ", the manifest says %" PRIu64, size, f->bytes);
-    else if (!rc && xxh3 != f->xxh3)
+    else if (!rc && hash && xxh3 != f->xxh3)
         rc = llmt_fail(LLMT_ECORRUPT, "checksum mismatch (XXH3-64 %016" PRIx64 ", the manifest "
                        "says %016" PRIx64 ")", xxh3, f->xxh3);
     if (rc)
@@ -130,21 +135,39 @@ static int check_nothing_extra(const char *dir, const char *label, const llmt_ma
     return rc;
 }
 
-int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int all, llmt_manifest *m)
+/* Whether a check in mode what hashes file f of manifest m whole. */
+static int hashed(int what, const llmt_manifest *m, const llmt_manifest_file *f)
+{
+    if (what == LLMT_CKPT_CHECK_ALL)
+        return 1;
+    if (what == LLMT_CKPT_CHECK_MODEL)
+        return strcmp(f->name, CKPT_MODEL_FILE) == 0;
+    /* LLMT_CKPT_CHECK_UNREAD: all but what the load checks as it reads. */
+    if (strcmp(f->name, CKPT_MODEL_FILE) == 0 || strcmp(f->name, CKPT_USER_FILE) == 0)
+        return 0;
+    for (int32_t r = 0; r < m->world_size; r++)
+        if (&m->shards[r].file == f)
+            return m->shards[r].first == m->shards[r].end;
+    return 1; /* optimizer.safetensors, read in unchecked slices */
+}
+
+int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int what,
+                        llmt_manifest *m)
 {
     llmt_manifest own;
     llmt_manifest *man = m ? m : &own;
     LLMT_TRY(llmt_ckpt_read_manifest_at(dir, label, step, man));
     int rc = LLMT_OK;
+    const int every = what != LLMT_CKPT_CHECK_MODEL;
     if (!llmt_manifest_find(man, CKPT_MODEL_FILE))
         rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not listed in the manifest", label,
                        CKPT_MODEL_FILE);
     for (int i = 0; i < man->n_files && !rc; i++)
-        if (all || strcmp(man->files[i].name, CKPT_MODEL_FILE) == 0)
-            rc = check_file(dir, label, &man->files[i]);
-    for (int32_t r = 0; all && r < man->world_size && !rc; r++) /* format 2 */
-        rc = check_file(dir, label, &man->shards[r].file);
-    if (!rc && all)
+        if (every || strcmp(man->files[i].name, CKPT_MODEL_FILE) == 0)
+            rc = check_file(dir, label, &man->files[i], hashed(what, man, &man->files[i]));
+    for (int32_t r = 0; every && r < man->world_size && !rc; r++) /* format 2 */
+        rc = check_file(dir, label, &man->shards[r].file, hashed(what, man, &man->shards[r].file));
+    if (!rc && every)
         rc = check_nothing_extra(dir, label, man);
     if (!m || rc)
         llmt_manifest_clear(man);

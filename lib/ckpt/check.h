@@ -22,15 +22,31 @@ int64_t llmt_ckpt_step_of(const char *name);
  * evidence of damage. */
 int llmt_ckpt_read_manifest_at(const char *dir, const char *label, int64_t step, llmt_manifest *m);
 
-/* Checks checkpoint directory dir: the manifest (as above), then, with all,
- * every listed file's size and XXH3-64 (a sharded checkpoint's optimizer
- * files included) and that no unlisted file is present;
- * without all, only model.safetensors. The manifest goes into m (the
- * caller's to clear) when m is not NULL. LLMT_ECORRUPT for damage (a missing
- * or mismatching file, an extra one, an entry that is not a regular file);
+/* What llmt_ckpt_check_dir checks besides the manifest. */
+enum {
+    /* model.safetensors: its size and XXH3-64 (llmt_model_create_from_file). */
+    LLMT_CKPT_CHECK_MODEL = 0,
+    /* Every listed file's size and XXH3-64 (a sharded checkpoint's
+     * optimizer files included), and that no unlisted file is present. */
+    LLMT_CKPT_CHECK_ALL = 1,
+    /* The first pass of a data-parallel resume, whose reads check what they
+     * read (model.safetensors and user.bin whole on rank 0, each shard
+     * file's chunks by the ranks that read them): every listed file present
+     * as a regular file of its listed size, no unlisted file, and the
+     * XXH3-64 of every file no such read covers: optimizer.safetensors
+     * (format 1, read in unchecked slices) and shard files of an empty
+     * range (no rank reads them; a header only). */
+    LLMT_CKPT_CHECK_UNREAD = 2,
+};
+
+/* Checks checkpoint directory dir: the manifest (as above), then what
+ * `what` (LLMT_CKPT_CHECK_*) says. The manifest goes into m (the caller's
+ * to clear) when m is not NULL. LLMT_ECORRUPT for damage (a missing or
+ * mismatching file, an extra one, an entry that is not a regular file);
  * LLMT_ENOTFOUND when dir is gone (not damage: nothing is there to refuse);
  * any other status (LLMT_EIO for a read that failed, LLMT_ENOMEM) says the
  * check could not be made. */
-int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int all, llmt_manifest *m);
+int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int what,
+                        llmt_manifest *m);
 
 #endif

@@ -105,24 +105,43 @@ typedef struct checked_file {
     int64_t loaded; /* its index, -1: none */
 } checked_file;
 
+/* The bytes of chunk c (the last chunk of a file may be shorter). */
+static size_t chunk_size(const checked_file *f, uint64_t c)
+{
+    uint64_t at = c * f->chunk;
+    return (size_t)(f->sh->file.bytes - at < f->chunk ? f->sh->file.bytes - at : f->chunk);
+}
+
+/* Reads chunk c into buf and checks it against the manifest. */
+static int read_chunk(checked_file *f, uint64_t c, char *buf)
+{
+    uint64_t at = c * f->chunk;
+    size_t take = chunk_size(f, c);
+    LLMT_TRY(llmt_pread_all(f->fd, f->path, buf, take, at));
+    if (XXH3_64bits(buf, take) != f->sh->chunks[c])
+        return llmt_fail(LLMT_ECORRUPT, "file %s: checksum mismatch in chunk %" PRIu64
+                         " (bytes %" PRIu64 "..%" PRIu64 ")", f->sh->file.name, c, at,
+                         at + take);
+    return LLMT_OK;
+}
+
+/* Chunk c into f->buf (unless it is there already), checked. */
 static int load_chunk(checked_file *f, uint64_t c)
 {
     if (f->loaded == (int64_t)c)
         return LLMT_OK;
     f->loaded = -1;
-    uint64_t at = c * f->chunk;
-    size_t take = (size_t)(f->sh->file.bytes - at < f->chunk ? f->sh->file.bytes - at : f->chunk);
-    LLMT_TRY(llmt_pread_all(f->fd, f->path, f->buf, take, at));
-    if (XXH3_64bits(f->buf, take) != f->sh->chunks[c])
-        return llmt_fail(LLMT_ECORRUPT, "file %s: checksum mismatch in chunk %" PRIu64
-                         " (bytes %" PRIu64 "..%" PRIu64 ")", f->sh->file.name, c, at,
-                         at + take);
+    LLMT_TRY(read_chunk(f, c, f->buf));
     f->loaded = (int64_t)c;
     return LLMT_OK;
 }
 
 /* Bytes [offset, offset + bytes) of the file into dst (NULL: only checked):
- * host memory when on_host, else the device memory of m. */
+ * host memory when on_host, else the device memory of m (NULL when
+ * on_host). A chunk that host memory takes whole is read straight into it
+ * and checked there (no copy); when it does not match, dst holds unchecked
+ * bytes and the read fails: the caller must not use them. Every other
+ * chunk passes through f->buf, checked before a byte of it is copied. */
 static int read_checked(checked_file *f, const llmt_model *m, uint64_t offset, uint64_t bytes,
                         char *dst, int on_host)
 {
@@ -132,11 +151,15 @@ static int read_checked(checked_file *f, const llmt_model *m, uint64_t offset, u
     while (bytes) {
         uint64_t c = offset / f->chunk, in = offset - c * f->chunk;
         uint64_t take = f->chunk - in < bytes ? f->chunk - in : bytes;
-        LLMT_TRY(load_chunk(f, c));
-        if (dst && on_host)
-            memcpy(dst, f->buf + in, (size_t)take);
-        else if (dst)
-            LLMT_TRY(m->ops->copy_to_device(m->dev, dst, f->buf + in, (size_t)take));
+        if (dst && on_host && in == 0 && take == chunk_size(f, c) && f->loaded != (int64_t)c) {
+            LLMT_TRY(read_chunk(f, c, dst));
+        } else {
+            LLMT_TRY(load_chunk(f, c));
+            if (dst && on_host)
+                memcpy(dst, f->buf + in, (size_t)take);
+            else if (dst)
+                LLMT_TRY(m->ops->copy_to_device(m->dev, dst, f->buf + in, (size_t)take));
+        }
         if (dst)
             dst += take;
         offset += take;
@@ -213,22 +236,32 @@ static int read_state(checked_file *f, llmt_optimizer *o, int sec, uint64_t offs
     return LLMT_OK;
 }
 
+/* Checks the chunks that hold the file's header (its 8-byte length, then
+ * the JSON) before anything parses it. */
+static int check_header(checked_file *f)
+{
+    unsigned char len[8];
+    LLMT_TRY(read_checked(f, NULL, 0, sizeof len, (char *)len, 1));
+    uint64_t n = 0;
+    for (int i = (int)sizeof len - 1; i >= 0; i--)
+        n = n << 8 | len[i];
+    if (n > f->sh->file.bytes - sizeof len)
+        return llmt_fail(LLMT_ECORRUPT, "file %s: a header of %" PRIu64 " bytes in a file of %"
+                         PRIu64, f->sh->file.name, n, f->sh->file.bytes);
+    return read_checked(f, NULL, sizeof len, n, NULL, 1);
+}
+
 /* Reads the part of shard sh that overlaps [o->first, o->end). */
 static int read_shard(const char *dir, const llmt_manifest_shard *sh, uint64_t chunk,
                       llmt_optimizer *o)
 {
-    const llmt_model *m = o->model;
     checked_file f = {sh, chunk, NULL, -1, NULL, -1};
     llmt_st_file *st = NULL;
     int rc = open_checked(&f, dir);
     if (!rc)
-        rc = llmt_st_open(f.path, NULL, &st);
-    /* The header the parse used is covered by the first chunks: check them. */
-    uint64_t data_start = 0;
-    if (!rc && llmt_st_count(st))
-        data_start = llmt_st_tensor_at(st, 0)->file_offset - llmt_st_tensor_at(st, 0)->begin;
+        rc = check_header(&f);
     if (!rc)
-        rc = read_checked(&f, m, 0, data_start, NULL, 1);
+        rc = llmt_st_open(f.path, NULL, &st);
     int64_t a = sh->first > o->first ? sh->first : o->first;
     int64_t b = sh->end < o->end ? sh->end : o->end;
     for (int sec = 0; sec < sections_of(o) && !rc; sec++) {

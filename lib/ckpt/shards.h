@@ -20,10 +20,13 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
 
 /* Reads [o->first, o->end) of every state section of checkpoint directory
  * dir (manifest mf, already parsed) into o's buffers: from the shard files
- * that overlap the range (format 2), checking the chunk checksum of every
- * chunk it reads (and the file's size), or, for format 1, from slices of
+ * that overlap the range (format 2), checking the file's size and the
+ * chunk checksum of every chunk it reads before using a byte of it (the
+ * header's chunks before parsing it), or, for format 1, from slices of
  * optimizer.safetensors (host memory only; that file is checked whole by
- * whoever verified the checkpoint: llmt_ckpt_latest on rank 0). Damage is
+ * the caller first: llmt_ckpt_latest, or LLMT_CKPT_CHECK_UNREAD on rank 0
+ * of a data-parallel resume). No byte goes unchecked that a caller uses;
+ * the chunks of a file no rank's range overlaps are not read. Damage is
  * LLMT_ECORRUPT naming the file; an optimizer of another precision than the
  * checkpoint's LLMT_EINVAL. o->cfg and o->steps are left to the caller. */
 int llmt_ckpt_shard_read(const char *dir, const llmt_manifest *mf, llmt_optimizer *o);

@@ -506,12 +506,25 @@ static int list_tiers(const llmt_ckpt_store *s, int64_t *steps[2], size_t n[2], 
     return rc;
 }
 
+/* verify, as an llmt_ckpt_try_fn. */
+static int verify_whole(void *arg, llmt_ckpt_store *s, int64_t step, int32_t tier)
+{
+    (void)arg;
+    return verify(s, step, tier);
+}
+
 int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *notes,
                      size_t notes_cap)
 {
-    const char *fn = "llmt_ckpt_latest";
     if (!s || !step || !tier || (notes_cap && !notes))
-        return llmt_fail(LLMT_EINVAL, "%s: a required argument is NULL", fn);
+        return llmt_fail(LLMT_EINVAL, "llmt_ckpt_latest: a required argument is NULL");
+    return llmt_ckpt_pick(s, verify_whole, NULL, step, tier, notes, notes_cap);
+}
+
+int llmt_ckpt_pick(llmt_ckpt_store *s, llmt_ckpt_try_fn try_one, void *arg, int64_t *step,
+                   int32_t *tier, char *notes, size_t notes_cap)
+{
+    const char *fn = "llmt_ckpt_latest";
     if (notes_cap)
         notes[0] = '\0';
     int rc = llmt_ckpt_join(s);
@@ -536,7 +549,7 @@ int llmt_ckpt_latest(llmt_ckpt_store *s, int64_t *step, int32_t *tier, char *not
         while (!rc && !found && (i[0] || i[1])) {
             int t = !i[0] ? 1 : !i[1] ? 0 : steps[1][i[1] - 1] > steps[0][i[0] - 1] ? 1 : 0;
             int64_t cand = steps[t][--i[t]];
-            int v = verify(s, cand, t);
+            int v = try_one(arg, s, cand, t);
             if (v == LLMT_OK) {
                 *step = cand;
                 *tier = t;

@@ -128,6 +128,20 @@ void llmt_ckpt_unlock(llmt_ckpt_store *s);
  * fork child closes. */
 void llmt_ckpt_track(llmt_ckpt_store *s, int open);
 
+/* Decides for llmt_ckpt_pick whether checkpoint step of tier is usable
+ * (and may load it meanwhile): LLMT_OK takes it, LLMT_ECORRUPT refuses it
+ * (the message says why), LLMT_ENOTFOUND skips it (it went away); any other
+ * status ends the search with it. */
+typedef int (*llmt_ckpt_try_fn)(void *arg, llmt_ckpt_store *s, int64_t step, int32_t tier);
+
+/* llmt_ckpt_latest (arguments checked by the caller) with try_one in place
+ * of the whole-file verification of each candidate: the same order (newest
+ * first, the durable tier first at equal steps), notes, refusals and
+ * relisting. A data-parallel resume passes one that loads the candidate on
+ * every rank (lib/train/dist_ckpt.c). */
+int llmt_ckpt_pick(llmt_ckpt_store *s, llmt_ckpt_try_fn try_one, void *arg, int64_t *step,
+                   int32_t *tier, char *notes, size_t notes_cap);
+
 /* Whether step of tier is one llmt_ckpt_latest refused. */
 int llmt_ckpt_is_refused(const llmt_ckpt_store *s, int tier, int64_t step);
 

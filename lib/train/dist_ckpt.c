@@ -6,16 +6,11 @@
  * their file records, and rank 0 writes the MANIFEST and renames. A failure
  * anywhere removes the temporary directory: the previous checkpoint stays
  * the newest valid one (dist_ckpt_async.c runs the same protocol with the
- * writing on a thread of each rank's own). Resuming, rank 0 picks the newest
- * valid checkpoint (verified whole) and hands every rank the weights and
- * the run's position; each rank reads only its own range of the optimizer
- * state, from whatever world size saved it. */
+ * writing on a thread of each rank's own; dist_resume.c loads). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "ckpt/check.h"
 #include "ckpt/shards.h"
 #include "core/error.h"
 #include "model/model_internal.h"
@@ -27,10 +22,7 @@
 #define ROOT LLMT_DIST_ROOT
 #define PATH_CAP LLMT_DIST_PATH_CAP
 
-/* llmt_comm_agree, except that every rank fails with the lowest failed
- * rank's status (not LLMT_ECOMM), so a damaged file one rank found is
- * LLMT_ECORRUPT, and named, on all of them. */
-static int agree_told(llmt_comm *c, int rc)
+int llmt_dist_agree(llmt_comm *c, int rc)
 {
     int failed = LLMT_OK;
     int agreed = llmt_comm_agree_code(c, rc, &failed);
@@ -58,7 +50,7 @@ static int exchange_records(llmt_comm *c, const llmt_manifest_shard *mine,
     llmt_manifest_shard *sh = calloc((size_t)n, sizeof *sh);
     uint64_t *chunks = NULL;
     int rc = recs && bytes && sh ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
-    rc = agree_told(c, rc); /* no rank skips the collectives below alone */
+    rc = llmt_dist_agree(c, rc); /* no rank skips the collectives below alone */
     if (!rc) {
         record *r = &recs[me];
         snprintf(r->name, sizeof r->name, "%s", mine->file.name);
@@ -83,7 +75,7 @@ static int exchange_records(llmt_comm *c, const llmt_manifest_shard *mine,
     if (!rc && !(chunks = malloc(total ? total : 1)))
         rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
     if (reached)
-        rc = agree_told(c, rc);
+        rc = llmt_dist_agree(c, rc);
     if (!rc) {
         if (bytes[me])
             memcpy((char *)chunks + bytes[n + me], mine->chunks, bytes[me]);
@@ -164,7 +156,7 @@ int llmt_dist_save_open(llmt_trainer *tr, int32_t tier, llmt_dist_save *sv, char
             start.sync = s->sync[tier];
         }
     }
-    rc = agree_told(c, rc);
+    rc = llmt_dist_agree(c, rc);
     if (!rc)
         rc = llmt_comm_broadcast(c, "checkpoint start", &start, sizeof start, ROOT);
     memcpy(sv->dir, start.tmp, sizeof sv->dir);
@@ -191,17 +183,18 @@ int llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc)
 {
     llmt_comm *c = tr->parts.optimizer->comm;
     const int root = llmt_comm_rank(c) == ROOT;
-    rc = agree_told(c, rc);
+    rc = llmt_dist_agree(c, rc);
     llmt_manifest_shard *shards = NULL;
     if (!rc)
-        rc = agree_told(c, exchange_records(c, &sv->mine, &shards));
+        rc = llmt_dist_agree(c, exchange_records(c, &sv->mine, &shards));
     if (shards) { /* rank 0's manifest owns them from here on */
         sv->snap.manifest.shards = shards;
         sv->snap.manifest.world_size = llmt_comm_size(c);
     }
     if (!rc) { /* rank 0 commits (or removes tmp); the ranks learn how it went */
-        rc = agree_told(c, root ? llmt_ckpt_sharded_commit(tr->parts.store, &sv->snap, sv->tmp)
-                                : LLMT_OK);
+        rc = llmt_dist_agree(c, root ? llmt_ckpt_sharded_commit(tr->parts.store, &sv->snap,
+                                                                sv->tmp)
+                                     : LLMT_OK);
         free(sv->tmp); /* committed, or removed by the commit */
         sv->tmp = NULL;
     }
@@ -226,123 +219,5 @@ int llmt_dist_save_sync(llmt_trainer *tr, int32_t tier)
     int rc = llmt_dist_save_write(&sv, o, llmt_comm_rank(o->comm), llmt_comm_size(o->comm));
     rc = llmt_dist_save_close(tr, &sv, rc);
     tr->saved[tier] = rc ? -1 : tr->step;
-    return rc;
-}
-
-/* What rank 0 tells the others after loading a checkpoint. */
-typedef struct position {
-    int64_t found, step, tokens_seen;
-    int32_t tier;
-    uint64_t blob_len;
-    char blob[256];
-    llmt_loader_state loader;
-    llmt_loss_scaler_state scaler;
-    llmt_optimizer_config opt_cfg;
-    int64_t opt_steps;
-    char dir[PATH_CAP]; /* the checkpoint's directory */
-} position;
-
-/* Applies rank 0's position on another rank. */
-static int take_position(llmt_trainer *tr, const position *pos)
-{
-    const llmt_trainer_parts *p = &tr->parts;
-    LLMT_TRY(llmt_loader_set_state(p->loader, &pos->loader));
-    if (p->scaler)
-        LLMT_TRY(llmt_loss_scaler_set_state(p->scaler, &pos->scaler));
-    LLMT_TRY(llmt_trainer_restore_blob(tr, pos->blob, (size_t)pos->blob_len));
-    tr->step = pos->step;
-    tr->tokens_seen = pos->tokens_seen;
-    tr->saved[pos->tier] = pos->found;
-    return LLMT_OK;
-}
-
-/* On rank 0: loads the newest valid checkpoint but the optimizer's tensors
- * (llmt_trainer_resume_into without an optimizer) and fills pos. */
-static int root_load(llmt_trainer *tr, position *pos)
-{
-    const llmt_trainer_parts *p = &tr->parts;
-    size_t len = 0;
-    int32_t tier = 0;
-    LLMT_TRY(llmt_trainer_resume_into(tr, NULL, &pos->found, &tier, pos->blob, sizeof pos->blob,
-                                      &len));
-    if (pos->found < 0)
-        return LLMT_OK;
-    pos->blob_len = len;
-    pos->step = tr->step;
-    pos->tokens_seen = tr->tokens_seen;
-    pos->tier = tier;
-    pos->loader.version = LLMT_LOADER_STATE_VERSION;
-    pos->scaler.version = LLMT_LOSS_SCALER_STATE_VERSION;
-    LLMT_TRY(llmt_loader_get_state(p->loader, &pos->loader));
-    if (p->scaler)
-        LLMT_TRY(llmt_loss_scaler_get_state(p->scaler, &pos->scaler));
-    size_t need = 0;
-    LLMT_TRY(llmt_ckpt_path(p->store, pos->found, pos->tier, pos->dir, sizeof pos->dir, &need));
-    llmt_manifest mf;
-    LLMT_TRY(llmt_ckpt_read_manifest_at(pos->dir, pos->dir, pos->found, &mf));
-    int rc = mf.has_optimizer ? llmt_optimizer_config_check(&mf.optimizer, "the checkpoint's "
-                                                            "optimizer")
-                              : llmt_fail(LLMT_EINVAL, "the checkpoint has no optimizer state");
-    pos->opt_cfg = mf.optimizer;
-    pos->opt_steps = mf.optimizer_steps;
-    llmt_manifest_clear(&mf);
-    return rc;
-}
-
-/* On every rank: this rank's range of the optimizer state, from the files
- * of the checkpoint in pos->dir. */
-static int read_range(llmt_optimizer *o, const position *pos)
-{
-    char label[PATH_CAP + 16];
-    snprintf(label, sizeof label, "checkpoint %s", pos->dir);
-    llmt_manifest mf;
-    int rc = llmt_ckpt_read_manifest_at(pos->dir, label, pos->found, &mf);
-    if (!rc) {
-        rc = llmt_ckpt_shard_read(pos->dir, &mf, o);
-        if (rc)
-            llmt_fail_prefix(rc, "%s", label);
-    }
-    llmt_manifest_clear(&mf);
-    o->cfg = pos->opt_cfg;
-    o->steps = pos->opt_steps;
-    o->weights_epoch = o->model->weights_epoch; /* the master came with the weights */
-    return rc;
-}
-
-int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step)
-{
-    llmt_optimizer *o = tr->parts.optimizer;
-    llmt_model *m = tr->parts.model;
-    const int root = llmt_comm_rank(o->comm) == ROOT;
-    LLMT_TRY(llmt_trainer_dist_join(tr)); /* the save in flight is committed first */
-    position *pos = calloc(1, sizeof *pos);
-    int rc = pos ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "resume: out of memory");
-    LLMT_TRY(agree_told(o->comm, rc)); /* as the agreement below, so no rank waits alone */
-    pos->found = -1;
-    rc = agree_told(o->comm, root ? root_load(tr, pos) : LLMT_OK);
-    if (!rc)
-        rc = llmt_comm_broadcast(o->comm, "resume", pos, sizeof *pos, ROOT);
-    /* Every rank must see the checkpoint (a fast tier on rank 0's node is
-     * not visible from the others). */
-    if (!rc && pos->found >= 0)
-        rc = agree_told(o->comm, access(pos->dir, R_OK | X_OK) == 0
-                                     ? LLMT_OK
-                                     : llmt_fail(LLMT_EIO, "rank %d cannot read the checkpoint "
-                                                 "%s (a fast tier on rank 0's node is not "
-                                                 "visible to ranks on other nodes)",
-                                                 llmt_comm_rank(o->comm), pos->dir));
-    if (!rc && pos->found >= 0)
-        rc = llmt_comm_broadcast_all(o->comm, "resume: weights", m->weights.ptr, m->weights.bytes,
-                                     ROOT);
-    if (!rc && pos->found >= 0) {
-        if (!root)
-            m->weights_epoch++; /* the weights changed under the optimizer */
-        rc = read_range(o, pos);
-        if (!rc && !root)
-            rc = take_position(tr, pos);
-        rc = agree_told(o->comm, rc);
-    }
-    *step = rc ? -1 : pos->found;
-    free(pos);
     return rc;
 }

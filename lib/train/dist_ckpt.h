@@ -1,6 +1,7 @@
 /* The protocol of a data-parallel (sharded) save, lib/train/dist_ckpt.c, in
  * the steps its async form (dist_ckpt_async.c) runs apart: open and write
- * in the call (the writing on a thread), close at the join. */
+ * in the call (the writing on a thread), close at the join; and the
+ * agreement the resume (dist_resume.c) shares. */
 #ifndef LLMT_TRAIN_DIST_CKPT_H
 #define LLMT_TRAIN_DIST_CKPT_H
 
@@ -9,6 +10,11 @@
 
 #define LLMT_DIST_ROOT 0 /* the rank that holds the store and commits */
 #define LLMT_DIST_PATH_CAP 4096
+
+/* llmt_comm_agree, except that every rank fails with the lowest failed
+ * rank's status (not LLMT_ECOMM), so a damaged file one rank found is
+ * LLMT_ECORRUPT, and named, on all of them. Collective. */
+int llmt_dist_agree(llmt_comm *c, int rc);
 
 /* One save across the ranks: rank 0's snapshot of the common state and the
  * step's temporary directory (tmp: rank 0's, NULL elsewhere; dir: its path
