@@ -1,7 +1,7 @@
 /* The CUDA backend's op table, its scratch size and the plugin entry point.
  * Every op runs on the backend's stream; only ops that hand values back to
- * the host (lm_head_ce, grad_stats, copies to and from the host, synchronize)
- * wait for it. */
+ * the host (lm_head_ce, grad_stats, grad_stats_blocks, copies to and from the
+ * host, synchronize) wait for it. */
 #include <stdlib.h>
 
 #include "core/cuda_plugin_ops.h"
@@ -64,6 +64,7 @@ static llmt_backend_ops make_cuda_ops(void)
     o.lm_head_ce = llmt_cuda_lm_head_ce;
     o.optim_scratch_bytes = llmt_cuda_optim_scratch_bytes;
     o.grad_stats = llmt_cuda_grad_stats;
+    o.grad_stats_blocks = llmt_cuda_grad_stats_blocks;
     o.adamw = llmt_cuda_adamw;
     return o;
 }

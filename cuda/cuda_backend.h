@@ -192,6 +192,11 @@ int llmt_cuda_lm_head_ce(llmt_device *dev, const llmt_ce_args *args);
 extern const size_t llmt_cuda_optim_scratch_bytes;
 int llmt_cuda_grad_stats(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
                          double *sumsq, int64_t *nonfinite, void *scratch);
+/* Per block of `block` elements: partials into host memory, the non-finite
+ * count in all; waits for the stream (ops.h's grad_stats_blocks). */
+int llmt_cuda_grad_stats_blocks(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
+                                int64_t block, double *partials, int64_t *nonfinite,
+                                void *scratch);
 int llmt_cuda_adamw(llmt_device *dev, const llmt_adamw_args *args);
 
 #endif

@@ -11,10 +11,18 @@
  * thread then adds the blocks' partials in block order. */
 #define GS_BLOCKS 1024
 #define GS_THREADS 256
+/* grad_stats_blocks: one CUDA block per block of the caller's, at most
+ * GSB_LAUNCH of them per launch (what the scratch holds). */
+#define GSB_LAUNCH 4096
 
-/* partials: GS_BLOCKS doubles, GS_BLOCKS counts, then the two results. */
+/* The scratch of grad_stats: GS_BLOCKS doubles, GS_BLOCKS counts, then the
+ * two results; of grad_stats_blocks: GSB_LAUNCH doubles, GSB_LAUNCH counts,
+ * then the running count. The ops run one after another on the stream, so
+ * they share it. */
+#define GS_SCRATCH ((size_t)(2 * GS_BLOCKS + 2) * sizeof(double))
+#define GSB_SCRATCH ((size_t)(2 * GSB_LAUNCH + 1) * sizeof(double))
 const size_t llmt_cuda_optim_scratch_bytes =
-    (size_t)(2 * GS_BLOCKS + 2) * sizeof(double) + LLMT_CUDA_ALIGN;
+    (GS_SCRATCH > GSB_SCRATCH ? GS_SCRATCH : GSB_SCRATCH) + LLMT_CUDA_ALIGN;
 
 template <typename T>
 __global__ void __launch_bounds__(GS_THREADS)
@@ -78,6 +86,89 @@ int llmt_cuda_grad_stats(llmt_device *dev, const void *g, int64_t n, int dt, flo
     long long count = 0;
     memcpy(&count, &host[1], sizeof count);
     *sumsq = host[0];
+    *nonfinite = (int64_t)count;
+    return LLMT_OK;
+}
+
+/* Block blockIdx.x of `block` elements from g (the last one ends at n):
+ * the sum of the exact double squares of (factor g) over a fixed per-thread
+ * stride and tree, so a partial depends only on its block's elements, not
+ * on where the block sits in g or in the launch. */
+template <typename T>
+__global__ void __launch_bounds__(GS_THREADS)
+    grad_stats_blocks_kernel(const T *g, int64_t n, int64_t block, float factor, double *part,
+                             long long *bad)
+{
+    __shared__ double red_d[32];
+    __shared__ long long red_i[32];
+    const int64_t i0 = (int64_t)blockIdx.x * block;
+    const int64_t i1 = n - i0 < block ? n : i0 + block;
+    double acc = 0.0;
+    long long count = 0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+        const float x = to_f32(g[i]) * factor;
+        count += (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+        const double xd = x;
+        acc += xd * xd;
+    }
+    acc = block_sum(acc, red_d);
+    count = block_sum(count, red_i);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = acc;
+        bad[blockIdx.x] = count;
+    }
+}
+
+/* *total = (first ? 0 : *total) + the sum of bad[0, blocks): one block. */
+__global__ void __launch_bounds__(GS_THREADS)
+    count_sum_kernel(long long *total, const long long *bad, int blocks, int first)
+{
+    __shared__ long long red_i[32];
+    long long count = 0;
+    for (int b = threadIdx.x; b < blocks; b += blockDim.x)
+        count += bad[b];
+    count = block_sum(count, red_i);
+    if (threadIdx.x == 0)
+        *total = (first ? 0 : *total) + count;
+}
+
+int llmt_cuda_grad_stats_blocks(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
+                                int64_t block, double *partials, int64_t *nonfinite,
+                                void *scratch)
+{
+    const char *op = "grad_stats_blocks";
+    LLMT_CUDA_CHECK_DT(dev, dt, op);
+    llmt_cuda_backend *cb = llmt_cuda(dev);
+    if (!scratch || !partials || !nonfinite || block <= 0 || n < 0)
+        return cb->host->fail(LLMT_EINVAL, "CUDA %s: %s", op,
+                              !scratch    ? "scratch is NULL"
+                              : !partials ? "partials is NULL"
+                              : !nonfinite ? "nonfinite is NULL"
+                              : block <= 0 ? "block is not positive"
+                                           : "n is negative");
+    double *part = (double *)llmt_cuda_align_ptr(scratch);
+    long long *bad = (long long *)(part + GSB_LAUNCH);
+    long long *total = bad + GSB_LAUNCH;
+    long long count = 0;
+    const int64_t blocks = (n + block - 1) / block;
+    /* Each launch's partials are copied out on the stream before the next
+     * launch overwrites the scratch (stream order); one wait at the end. */
+    for (int64_t b0 = 0; b0 < blocks; b0 += GSB_LAUNCH) {
+        const int k = (int)(blocks - b0 < GSB_LAUNCH ? blocks - b0 : GSB_LAUNCH);
+        const int64_t e0 = b0 * block;
+        LLMT_CUDA_DISPATCH(dt, T,
+                           LLMT_LAUNCH(k, GS_THREADS, cb->stream, grad_stats_blocks_kernel<T>)(
+                               (const T *)g + e0, n - e0, block, factor, part, bad));
+        LLMT_LAUNCH(1, GS_THREADS, cb->stream, count_sum_kernel)(total, bad, k, b0 == 0);
+        LLMT_CUDA_LAUNCHED(dev, op);
+        LLMT_CUDA_CHECK(dev, cudaMemcpyAsync(partials + b0, part, (size_t)k * sizeof(double),
+                                             cudaMemcpyDeviceToHost, cb->stream), op);
+    }
+    if (blocks > 0) {
+        LLMT_CUDA_CHECK(dev, cudaMemcpyAsync(&count, total, sizeof count, cudaMemcpyDeviceToHost,
+                                             cb->stream), op);
+        LLMT_CUDA_CHECK(dev, cudaStreamSynchronize(cb->stream), op);
+    }
     *nonfinite = (int64_t)count;
     return LLMT_OK;
 }

@@ -4,7 +4,7 @@
  *   llmt-plan --preset llama-7b [--seq 2048] [--micro-batch 1]
  *   llmt-plan --config run.yaml [--budget 24GiB] [--precision bf16_mixed]
  *   llmt-plan --preset llama-13b --world 8 [--rank 3]
- *   llmt-plan --preset llama-7b --backend cuda --offload optimizer [--offload-layers 16]
+ *   llmt-plan --preset llama-7b --backend cuda --offload optimizer+grads [--offload-layers 16]
  *   llmt-plan --help | --version
  *
  * The plan is for a backend (--backend cpu by default), whose ops keep
@@ -13,8 +13,9 @@
  * GPU). With --world N the bytes are one rank's of a data-parallel run with
  * the ZeRO-1 sharded optimizer (the largest rank, or --rank). With --offload
  * optimizer the AdamW state (of the first --offload-layers) is planned in
- * host memory: the peak column is device bytes, the host column host bytes
- * (llmt_plan's host_peak). Exit status:
+ * host memory, with --offload optimizer+grads their gradients too: the peak
+ * column is device bytes, the host column host bytes (llmt_plan's
+ * host_peak). Exit status:
  * 0, 1 when planning fails or nothing fits --budget, 2 for a usage error. */
 #include <errno.h>
 #include <stdint.h>
@@ -58,7 +59,8 @@ static void usage(FILE *f)
             "usage: " PROG " (--preset NAME | --config FILE) [--seq N] [--micro-batch N]\n"
             "                 [--threads N] [--backend cpu|cuda] [--precision NAME]\n"
             "                 [--budget BYTES] [--world N [--rank R]]\n"
-            "                 [--offload none|optimizer [--offload-layers all|K]]\n"
+            "                 [--offload none|optimizer|optimizer+grads\n"
+            "                  [--offload-layers all|K]]\n"
             "       " PROG " --help | --version\n"
             "Prints the bytes a training step needs per memory category, for every\n"
             "precision and recompute policy, without allocating anything or opening a\n"
@@ -80,12 +82,15 @@ static void usage(FILE *f)
             "                     the ZeRO-1 sharded optimizer: bytes and --budget per rank,\n"
             "                     for the rank with the largest peak\n"
             "  --rank R           with --world: plan rank R (0..N-1) instead\n"
-            "  --offload PART     none (default, or the config's optimizer.offload) or\n"
+            "  --offload PARTS    none (default, or the config's optimizer.offload),\n"
             "                     optimizer: AdamW's moments and master weights in host\n"
-            "                     memory; with --budget, offload joins the fit's ladder\n"
-            "                     after recompute, before the micro-batch halves\n"
-            "  --offload-layers L with --offload optimizer: all (default) or K, 0..layers:\n"
-            "                     the state of the embedding and layers 0..K-1 only\n"
+            "                     memory, or optimizer+grads: their gradients too (the\n"
+            "                     device keeps one layer's at a time); with --budget,\n"
+            "                     offload joins the fit's ladder after recompute, before\n"
+            "                     the micro-batch halves\n"
+            "  --offload-layers L with --offload optimizer or optimizer+grads: all\n"
+            "                     (default) or K, 0..layers: the embedding and layers\n"
+            "                     0..K-1 only\n"
             "Exit status: 0; 1 when planning fails or nothing fits the budget; 2 for a\n"
             "usage error.\n");
 }
@@ -175,16 +180,18 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
     return 0;
 }
 
-/* Prints ", the optimizer's state offloaded" for layers (llmt_plan_config's
- * offload_layers with LLMT_OFFLOAD_OPTIMIZER). */
-static void print_offload(int32_t layers)
+/* Prints ", the optimizer's state offloaded" for parts and layers
+ * (llmt_plan_config's offload_parts, not NONE, and offload_layers). */
+static void print_offload(int32_t parts, int32_t layers)
 {
+    const char *what = parts & LLMT_OFFLOAD_GRADS ? "the optimizer's state and gradients"
+                                                   : "the optimizer's state";
     if (layers == LLMT_OFFLOAD_ALL_LAYERS)
-        printf(", all of the optimizer's state offloaded");
+        printf(", all of %s offloaded", what);
     else if (layers == 0)
-        printf(", none of the optimizer's state offloaded (--offload-layers 0)");
+        printf(", none of %s offloaded (--offload-layers 0)", what);
     else
-        printf(", the optimizer's state of the embedding and layers 0-%d offloaded", layers - 1);
+        printf(", %s of the embedding and layers 0-%d offloaded", what, layers - 1);
 }
 
 /* Parses --offload-layers: "all" or a decimal count 0..layers; 0 on
@@ -234,7 +241,7 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
                     fprintf(stderr, PROG ": %s\n", llmt_error_last());
                     return 1;
                 }
-                print_offload(k);
+                print_offload(pc.offload_parts, k);
                 printf(" (host %.2f GiB)", gib(p.host_peak));
             }
             printf(" fits\n");
@@ -254,9 +261,10 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
         printf("budget %.2f GiB%s: %s does not fit: micro-batch 1 with full recompute%s needs "
                "%.2f GiB\n", gib(budget), per, precision_names[prec],
                !pc.offload_parts ? ""
-               : smallest.offload_layers == LLMT_OFFLOAD_ALL_LAYERS
-                   ? " and all of the optimizer offloaded"
-                   : " and the given offload",
+               : smallest.offload_layers != LLMT_OFFLOAD_ALL_LAYERS ? " and the given offload"
+               : pc.offload_parts & LLMT_OFFLOAD_GRADS
+                   ? " and all of the optimizer and gradients offloaded"
+                   : " and all of the optimizer offloaded",
                gib(p.peak));
     }
     printf("budget %.2f GiB%s: nothing fits\n", gib(budget), per);
@@ -310,11 +318,18 @@ int main(int argc, char **argv)
     uint64_t budget = 0;
     if (budget_text && parse_budget(budget_text, &budget))
         return 2;
-    static const char *const offload_names[] = {"none", "optimizer"}; /* llmt_offload_part */
-    int offload = offload_name ? find_name(offload_names, 2, offload_name) : -1;
+    /* The accepted values of --offload and their llmt_offload_part bits. */
+    static const char *const offload_names[] = {"none", "optimizer", "optimizer+grads"};
+    static const int32_t offload_parts[] = {LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_OPTIMIZER,
+                                            LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS};
+    int offload = offload_name ? find_name(offload_names, 3, offload_name) : -1;
+    if (offload_name && !strcmp(offload_name, "grads"))
+        return bad_value("--offload", offload_name,
+                         "gradient offload needs the optimizer's too (the host AdamW reads the "
+                         "offloaded gradients): use optimizer+grads");
     if (offload_name && offload < 0)
         return bad_value("--offload", offload_name,
-                         "not an offload (none or optimizer; gradient offload is not built yet)");
+                         "not an offload (none, optimizer or optimizer+grads)");
     if (rank >= 0 && (world == 0 || rank >= world)) {
         char value[24], why[64];
         snprintf(value, sizeof value, "%lld", (long long)rank);
@@ -366,11 +381,12 @@ int main(int argc, char **argv)
         pc.model.max_seq_len = (int32_t)seq;
     }
     if (offload >= 0) {
-        pc.offload_parts = offload == 1 ? LLMT_OFFLOAD_OPTIMIZER : LLMT_OFFLOAD_NONE;
+        pc.offload_parts = offload_parts[offload];
         pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
     }
     if (offload_layers_text && pc.offload_parts == LLMT_OFFLOAD_NONE)
-        return bad_value("--offload-layers", offload_layers_text, "needs --offload optimizer");
+        return bad_value("--offload-layers", offload_layers_text,
+                         "needs --offload optimizer or optimizer+grads");
     if (offload_layers_text &&
         parse_offload_layers(offload_layers_text, pc.model.num_layers, &pc.offload_layers))
         return 2;
@@ -385,7 +401,7 @@ int main(int argc, char **argv)
            m->vocab_size, m->hidden_size, m->num_layers, m->num_heads, m->num_kv_heads,
            m->ffn_size, pc.micro_batch, pc.seq_len, backend_name, (int)threads);
     if (pc.offload_parts != LLMT_OFFLOAD_NONE)
-        print_offload(pc.offload_layers);
+        print_offload(pc.offload_parts, pc.offload_layers);
     printf("\n");
     if (world && print_world(backend, (int32_t)threads, &pc))
         return 1;
@@ -393,7 +409,7 @@ int main(int argc, char **argv)
         return 1;
     /* A placement given (--offload-layers, or the config's offload_layers
      * when the command line does not override the config) stays as it is
-     * in the fit; --offload optimizer alone lets the fit choose. */
+     * in the fit; --offload optimizer[+grads] alone lets the fit choose. */
     int fixed = offload_layers_text != NULL ||
                 (offload < 0 && pc.offload_parts && pc.offload_layers != LLMT_OFFLOAD_ALL_LAYERS);
     return budget ? print_fit(backend, (int32_t)threads, pc, budget, first, last, fixed) : 0;

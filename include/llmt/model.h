@@ -73,7 +73,10 @@ LLMT_API void llmt_model_config_init(llmt_model_config *cfg);
 
 /* Creates a model on ctx and initialises its parameters deterministically
  * from the context's seed: linear and embedding weights N(0, 0.02^2), norm
- * weights 1 (docs/model.md). Gradients start at zero. cfg is required (NULL
+ * weights 1 (docs/model.md). Gradients start at zero; their memory (GRADS)
+ * is allocated at their first use (zero_grads, a backward, get/set_grad, an
+ * optimizer step), where an optimizer's offload has placed them by then, so
+ * a budget too small for them is refused there. cfg is required (NULL
  * is refused: an architecture has no default worth training by accident;
  * LLMT_MODEL_CONFIG_INIT is a small one). Errors: LLMT_EINVAL
  * naming the field, LLMT_EVERSION, LLMT_ENOMEM (budget), LLMT_EUNSUPPORTED.

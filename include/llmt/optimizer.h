@@ -39,7 +39,8 @@ typedef enum llmt_schedule {
 /* Parts of the training state that may live in host memory (bits). */
 typedef enum llmt_offload_part {
     LLMT_OFFLOAD_NONE = 0,     /* everything on the device */
-    LLMT_OFFLOAD_OPTIMIZER = 1 /* moments and master weights; AdamW runs on the host */
+    LLMT_OFFLOAD_OPTIMIZER = 1, /* moments and master weights; AdamW runs on the host */
+    LLMT_OFFLOAD_GRADS = 2      /* gradients, bucket by bucket in backward; needs OPTIMIZER */
 } llmt_offload_part;
 
 /* offload_layers: the whole flat parameter buffer. */
@@ -122,15 +123,24 @@ LLMT_API void llmt_optimizer_free(llmt_optimizer *opt);
  * layers to host memory (LLMT_MEM_HOST_STATE) and the rest to the device
  * (LLMT_MEM_OPTIMIZER); the host part is updated by the CPU backend's AdamW
  * with the same arithmetic, so results are bitwise those without offload.
- * parts: LLMT_OFFLOAD_NONE or LLMT_OFFLOAD_OPTIMIZER (gradient offload is not
- * built yet). layers: LLMT_OFFLOAD_ALL_LAYERS for the whole buffer, or k in
+ * parts: LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_OPTIMIZER, or that with
+ * LLMT_OFFLOAD_GRADS: the same prefix's gradients then live in host memory
+ * too (HOST_STATE), backward moving them there one bucket (a layer, the
+ * embedding, the final norm and LM head) at a time through one device
+ * bucket (GRADS); the gradients are the model's and stay so placed after
+ * the optimizer is freed, until another optimizer of the model places them
+ * (each step puts them where its optimizer's placement says). The model
+ * allocates its gradients at their first use, so an optimizer created with
+ * gradient offload before the first step never holds them all on the
+ * device. layers: LLMT_OFFLOAD_ALL_LAYERS for the whole buffer, or k in
  * 0..num_layers for every parameter stored before layer k's first one (the
  * embedding and layers 0..k-1; 0: nothing); ignored with NONE. Callable
  * between steps; the new buffers are allocated and filled before the old
  * ones are freed, so on any failure (LLMT_ENOMEM naming the budget or host
- * budget) the placement and state are as they were. Errors: LLMT_EINVAL
- * naming the argument, LLMT_ENOMEM, LLMT_EUNSUPPORTED for a sharded
- * optimizer (not built in this stage). */
+ * budget) the placement, state and gradients are as they were. Errors:
+ * LLMT_EINVAL naming the argument, LLMT_ENOMEM, LLMT_EUNSUPPORTED for a
+ * sharded optimizer (not built in this stage) or, with gradients, a backend
+ * without per-granule gradient statistics. */
 LLMT_API int llmt_optimizer_set_offload(llmt_optimizer *opt, int32_t parts, int32_t layers);
 
 /* The placement set by the config or llmt_optimizer_set_offload: *layers is

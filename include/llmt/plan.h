@@ -42,7 +42,10 @@ typedef struct llmt_plan_config {
                                      only with world_size 0 */
     /* version 3: the optimizer's placement (llmt_optimizer_set_offload); needs
        with_optimizer = 1 and world_size 0 unless offload_parts is NONE */
-    int32_t offload_parts;     /* llmt_offload_part: LLMT_OFFLOAD_NONE (default) */
+    int32_t offload_parts;     /* llmt_offload_part: LLMT_OFFLOAD_NONE (default),
+                                  LLMT_OFFLOAD_OPTIMIZER, or that | LLMT_OFFLOAD_GRADS
+                                  (not with ordered_accumulation over several
+                                  micro-batches) */
     int32_t offload_layers;    /* LLMT_OFFLOAD_ALL_LAYERS (default) or 0..num_layers */
 } llmt_plan_config;
 
@@ -69,7 +72,8 @@ typedef struct llmt_plan {
                                                 parameters ([0, num_params) unsharded) */
     /* version 3: */
     uint64_t host_peak;                      /* bytes[LLMT_MEM_HOST_STATE]: the offloaded
-                                                state and its staging, all held at once */
+                                                state, its staging and the offloaded
+                                                gradients, all held at once */
 } llmt_plan;
 
 #define LLMT_PLAN_INIT {LLMT_PLAN_VERSION, {0}, 0, 0, -1, 0, 0, 0}
@@ -81,9 +85,15 @@ typedef struct llmt_plan {
  * cfg->offload_parts = LLMT_OFFLOAD_OPTIMIZER the state of the prefix chosen
  * by cfg->offload_layers is in HOST_STATE (with, on a backend whose memory
  * the host cannot read, two transfer staging buffers) and only the rest in
- * OPTIMIZER; out->host_peak is the HOST_STATE bytes. Errors: LLMT_EINVAL
- * naming the field, LLMT_EVERSION, LLMT_EUNSUPPORTED for offload with
- * world_size (a sharded optimizer does not offload in this stage). */
+ * OPTIMIZER; with LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS the gradients
+ * of that prefix, up to its last whole 4096-element granule, are in
+ * HOST_STATE too and GRADS holds the rest and one device bucket (the
+ * largest offloaded layer, embedding or tail). out->host_peak is the
+ * HOST_STATE bytes. Errors: LLMT_EINVAL naming the field, LLMT_EVERSION,
+ * LLMT_EUNSUPPORTED for offload with world_size (a sharded optimizer does
+ * not offload in this stage), for gradient offload with ordered
+ * accumulation over several micro-batches, or on a backend without the
+ * per-granule gradient norm. */
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,
                                llmt_plan *out);
 
@@ -102,9 +112,11 @@ LLMT_API int llmt_plan_compute_backend(int32_t backend, int32_t num_threads,
  * ffn_act+attn_core, attn_core+ffn, full) whose plan fits budget bytes.
  * The global batch stays cfg->batch_size (cfg->micro_batch when 0) while
  * the micro-batch halves; with world_size the budget is per rank (cfg->rank,
- * or the rank with the largest peak). LLMT_ENOMEM, with a message giving
- * the smallest plan's peak, when even micro-batch 1 with full recompute
- * does not fit. */
+ * or the rank with the largest peak). cfg's offload placement is kept as
+ * it is. LLMT_ENOMEM, with a message giving the smallest plan's peak, when
+ * even micro-batch 1 with full recompute does not fit; LLMT_EUNSUPPORTED
+ * for gradient offload with ordered_accumulation and a batch of more than
+ * one sequence (the halving may split it). */
 LLMT_API int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
                            int32_t *micro_batch, int32_t *recompute);
 
@@ -115,17 +127,21 @@ LLMT_API int llmt_plan_fit_backend(int32_t backend, int32_t num_threads,
                                    const llmt_plan_config *cfg, uint64_t budget,
                                    int32_t *micro_batch, int32_t *recompute);
 
-/* llmt_plan_fit with optimizer offload on its ladder when cfg->offload_parts
- * is LLMT_OFFLOAD_OPTIMIZER (with LLMT_OFFLOAD_NONE it is llmt_plan_fit and
- * *offload_layers is 0). At each micro-batch (cfg->micro_batch, then halving)
- * the lightest fitting rung of: the recompute ladder without offload, then
- * full recompute with the optimizer state of layers [0, k) offloaded for
- * k = 1, 2, ..., num_layers, then LLMT_OFFLOAD_ALL_LAYERS (everything). Writes
- * the micro-batch, the recompute policy and the layers to offload (0 for
- * none; pass it to llmt_optimizer_set_offload with LLMT_OFFLOAD_OPTIMIZER).
- * cfg->offload_layers is not read. The budget is device bytes (the plan's
- * peak); host bytes are not limited. Errors as llmt_plan_fit, and LLMT_ENOMEM
- * giving the smallest plan (micro-batch 1, full recompute, all offloaded). */
+/* llmt_plan_fit with offload on its ladder when cfg->offload_parts allows
+ * it (with LLMT_OFFLOAD_NONE it is llmt_plan_fit and *offload_layers is 0).
+ * At each micro-batch (cfg->micro_batch, then halving) the lightest fitting
+ * rung of: the recompute ladder without offload, then full recompute with
+ * the cfg->offload_parts (the optimizer's state, and with
+ * LLMT_OFFLOAD_GRADS the gradients too) of layers [0, k) offloaded for
+ * k = 1, 2, ..., num_layers, then LLMT_OFFLOAD_ALL_LAYERS (everything).
+ * Writes the micro-batch, the recompute policy and the layers to offload
+ * (0 for none; pass it to llmt_optimizer_set_offload with
+ * cfg->offload_parts). cfg->offload_layers is not read. The budget is
+ * device bytes (the plan's peak); host bytes are not limited. Errors as
+ * llmt_plan_fit, LLMT_EUNSUPPORTED for gradient offload with
+ * ordered_accumulation and a batch of more than one sequence (the fit may
+ * split it), and LLMT_ENOMEM giving the smallest plan (micro-batch 1, full
+ * recompute, all offloaded). */
 LLMT_API int llmt_plan_fit_offload(const llmt_context *ctx, const llmt_plan_config *cfg,
                                    uint64_t budget, int32_t *micro_batch, int32_t *recompute,
                                    int32_t *offload_layers);

@@ -36,7 +36,9 @@ typedef enum llmt_accumulation {
     /* Each micro-batch's gradient is computed alone, then added to a sum in
      * micro-batch order: the bits of a data-parallel run in
      * LLMT_REDUCE_DETERMINISTIC at any world size. Costs one more gradient
-     * buffer (GRADIENTS) while a batch has more than one micro-batch. */
+     * buffer (GRADIENTS) while a batch has more than one micro-batch. Not
+     * built with gradient offload (LLMT_OFFLOAD_GRADS): such a batch is
+     * refused with LLMT_EUNSUPPORTED. */
     LLMT_ACCUMULATE_ORDERED = 1
 } llmt_accumulation;
 

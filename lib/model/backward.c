@@ -2,8 +2,10 @@
  * (fused cross-entropy), leaving dL/d(final norm output) in g_h; from there
  * the final norm, each layer in reverse (recomputing what its flags dropped),
  * and the embedding. Weight gradients are accumulated (beta = 1), so several
- * micro-batches add up. */
+ * micro-batches add up. Each part's gradients are written through its bucket
+ * (llmt_grads_acquire), in device memory also where they are offloaded. */
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 
 /* Recomputes what layer l's flags dropped, from its kept inputs. */
@@ -32,10 +34,13 @@ static int layer_backward(llmt_model *m, int64_t l)
     void *scratch = work + m->layout.scratch;
     void *g_res = work + m->layout.g_res, *g_h = work + m->layout.g_h;
     void *g_wide = work + m->layout.g_wide, *g_mid = work + m->layout.g_mid;
+    const size_t es = llmt_dtype_size(dt);
+    char *g_layer = NULL; /* the layer's bucket: its first element is ln1's */
 #define W(off) llmt_model_at(m, &m->weights, (off))
-#define G(off) llmt_model_at(m, &m->grads, (off))
+#define G(off) (g_layer + (size_t)((off) - o->ln1) * es)
 
     LLMT_TRY(recompute(m, l));
+    LLMT_TRY(llmt_grads_acquire(m, (int32_t)(1 + l), &g_layer));
 
     /* FFN: out = xmid + s Wdown^T, s = swiglu(gu), gu = h2 Wgu^T, h2 = norm(xmid) */
     void *s = llmt_act_ptr(m, l, ACT_S), *gu = llmt_act_ptr(m, l, ACT_GU);
@@ -79,9 +84,10 @@ int llmt_model_backward(llmt_model *m)
 {
     const int64_t M = m->run_batch * m->run_seq;
     char *work = m->work.ptr;
+    void *g_norm = NULL, *g_embed = NULL;
     /* Final norm: g_res = norm_bwd(g_h) */
-    LLMT_TRY(m->ops->rmsnorm_bwd(m->dev, work + m->layout.g_res,
-                            llmt_model_at(m, &m->grads, m->norm), work + m->layout.g_h,
+    LLMT_TRY(llmt_grads_at(m, llmt_grad_bucket_count(m) - 1, m->norm, &g_norm));
+    LLMT_TRY(m->ops->rmsnorm_bwd(m->dev, work + m->layout.g_res, g_norm, work + m->layout.g_h,
                             llmt_act_ptr(m, m->dims.layers, ACT_X),
                             llmt_model_at(m, &m->weights, m->norm),
                             (const float *)(work + m->layout.rstdf), M, m->dims.d, 0, m->dt,
@@ -89,6 +95,7 @@ int llmt_model_backward(llmt_model *m)
     for (int64_t l = m->dims.layers - 1; l >= 0; l--)
         LLMT_TRY(layer_backward(m, l));
     const int32_t *ids = (const int32_t *)((char *)m->acts.ptr + m->layout.tokens);
-    return m->ops->embedding_bwd(m->dev, llmt_model_at(m, &m->grads, m->embed),
-                                 work + m->layout.g_res, ids, M, m->dims.d, m->dt);
+    LLMT_TRY(llmt_grads_at(m, 0, m->embed, &g_embed));
+    return m->ops->embedding_bwd(m->dev, g_embed, work + m->layout.g_res, ids, M, m->dims.d,
+                                 m->dt);
 }

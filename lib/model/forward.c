@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 
 void *llmt_act_ptr(const llmt_model *m, int64_t l, int which)
@@ -143,6 +144,12 @@ static int run_head(llmt_model *m, const int32_t *targets_dev, int want_grad,
                     float row_grad_scale, double *loss_sum, int64_t *count, float *logits_out)
 {
     const int64_t M = m->run_batch * m->run_seq;
+    /* The LM head's gradient: the embedding's bucket when tied, the tail's
+     * (final norm and LM head) when not. */
+    void *dw = NULL;
+    if (want_grad)
+        LLMT_TRY(llmt_grads_at(m, m->lm_head == m->embed ? 0 : llmt_grad_bucket_count(m) - 1,
+                               m->lm_head, &dw));
     llmt_ce_args ce = {
         .h = (char *)m->work.ptr + m->layout.hf,
         .w = w_at(m, m->lm_head),
@@ -155,7 +162,7 @@ static int run_head(llmt_model *m, const int32_t *targets_dev, int want_grad,
         .want_grad = want_grad,
         .grad_scale = row_grad_scale,
         .dh = (char *)m->work.ptr + m->layout.g_h,
-        .dw = llmt_model_at(m, &m->grads, m->lm_head),
+        .dw = dw,
         .scratch = (char *)m->work.ptr + m->layout.scratch,
         .loss_sum = loss_sum,
         .count = count,
@@ -168,11 +175,18 @@ int llmt_model_run(llmt_model *m, const int32_t *tokens, const int32_t *targets,
                    int64_t seq, int want_grad, float row_grad_scale, double *loss_sum,
                    int64_t *count)
 {
-    LLMT_TRY(llmt_model_forward_hidden(m, tokens, batch, seq));
-    int32_t *tgt = (int32_t *)((char *)m->acts.ptr + m->layout.targets);
-    LLMT_TRY(m->ops->copy_to_device(m->dev, tgt, targets, (size_t)(batch * seq) * sizeof(int32_t)));
-    LLMT_TRY(run_head(m, tgt, want_grad, row_grad_scale, loss_sum, count, NULL));
-    return want_grad ? llmt_model_backward(m) : LLMT_OK;
+    int rc = llmt_model_forward_hidden(m, tokens, batch, seq);
+    int32_t *tgt = rc ? NULL : (int32_t *)((char *)m->acts.ptr + m->layout.targets);
+    if (!rc)
+        rc = m->ops->copy_to_device(m->dev, tgt, targets, (size_t)(batch * seq) * sizeof(int32_t));
+    if (!rc)
+        rc = run_head(m, tgt, want_grad, row_grad_scale, loss_sum, count, NULL);
+    if (!rc && want_grad)
+        rc = llmt_model_backward(m);
+    /* No bucket stays held between calls, even after a failure (the
+     * gradients then are what the failed pass left). */
+    int flushed = llmt_grads_flush(m);
+    return rc ? rc : flushed;
 }
 
 int llmt_model_run_logits(llmt_model *m, const int32_t *tokens, int64_t batch, int64_t seq,

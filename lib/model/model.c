@@ -5,6 +5,7 @@
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
 
@@ -43,13 +44,14 @@ int llmt_model_create(llmt_model **out, llmt_context *ctx, const llmt_model_conf
     llmt_dims_from_config(cfg, &m->dims);
     m->rc_flags = calloc((size_t)m->dims.layers, 1);
     m->arena_flags = calloc((size_t)m->dims.layers, 1);
-    rc = (m->rc_flags && m->arena_flags) ? llmt_model_build_params(m)
-                                         : llmt_fail(LLMT_ENOMEM, "llmt_model_create: out of host memory");
+    m->host_valid = calloc((size_t)m->dims.layers + 2, 1); /* one per gradient bucket */
+    m->loaded = -1;                                         /* grad_split 0: all on the device */
+    rc = m->rc_flags && m->arena_flags && m->host_valid
+             ? llmt_model_build_params(m)
+             : llmt_fail(LLMT_ENOMEM, "llmt_model_create: out of host memory");
     size_t bytes = (size_t)m->num_params * llmt_dtype_size(m->dt);
     if (!rc)
         rc = llmt_buf_alloc(ctx, &m->weights, LLMT_MEM_PARAMS, bytes, "model weights");
-    if (!rc)
-        rc = llmt_buf_alloc(ctx, &m->grads, LLMT_MEM_GRADS, bytes, "model gradients");
     if (!rc)
         rc = llmt_buf_alloc(ctx, &m->rope, LLMT_MEM_WORKSPACE, llmt_model_constant_bytes(cfg),
                             "RoPE table");
@@ -57,8 +59,6 @@ int llmt_model_create(llmt_model **out, llmt_context *ctx, const llmt_model_conf
         rc = llmt_model_init_weights(m);
     if (!rc)
         rc = llmt_model_init_rope(m);
-    if (!rc)
-        rc = m->ops->mem_zero(m->dev, m->grads.ptr, m->grads.bytes);
     if (rc) {
         llmt_model_free(m);
         return rc;
@@ -74,11 +74,14 @@ void llmt_model_free(llmt_model *m)
     llmt_model_release_arena(m);
     llmt_buf_free(m->ctx, &m->weights);
     llmt_buf_free(m->ctx, &m->grads);
+    llmt_buf_free(m->ctx, &m->host_grads);
+    llmt_buf_free(m->ctx, &m->grad_bucket);
     llmt_buf_free(m->ctx, &m->rope);
     free(m->params);
     free(m->layer);
     free(m->rc_flags);
     free(m->arena_flags);
+    free(m->host_valid);
     free(m);
 }
 
@@ -207,7 +210,7 @@ int llmt_model_zero_grads(llmt_model *m)
 {
     if (!m)
         return llmt_fail(LLMT_EINVAL, "llmt_model_zero_grads: model is NULL");
-    return m->ops->mem_zero(m->dev, m->grads.ptr, m->grads.bytes);
+    return llmt_grads_zero(m);
 }
 
 int32_t llmt_model_num_tensors(const llmt_model *m)
@@ -276,14 +279,23 @@ int llmt_model_set_param(llmt_model *m, const char *name, const float *in, size_
     return rc;
 }
 
+/* Copies gradient tensor name between the model (both segments) and host. */
+static int grad_tensor_io(llmt_model *m, const char *fn, const char *name, float *host,
+                          size_t count, int to_grads)
+{
+    const llmt_param *p = NULL;
+    LLMT_TRY(llmt_transfer_check(m, fn, name, host, count, &p));
+    return llmt_grads_io(m, p->offset, p->numel, host, to_grads);
+}
+
 int llmt_model_get_grad(const llmt_model *m, const char *name, float *out, size_t count)
 {
-    return llmt_transfer_tensor(m, "llmt_model_get_grad", name, m ? m->grads.ptr : NULL,
-                                m ? m->dt : 0, out, count, 0);
+    /* Reading settles the gradients (llmt_grads_settle), which changes where
+     * values are held but never a value; the model is never a const object. */
+    return grad_tensor_io((llmt_model *)m, "llmt_model_get_grad", name, out, count, 0);
 }
 
 int llmt_model_set_grad(llmt_model *m, const char *name, const float *in, size_t count)
 {
-    return llmt_transfer_tensor(m, "llmt_model_set_grad", name, m ? m->grads.ptr : NULL,
-                                m ? m->dt : 0, (void *)in, count, 1);
+    return grad_tensor_io(m, "llmt_model_set_grad", name, (float *)in, count, 1);
 }

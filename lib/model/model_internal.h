@@ -102,7 +102,20 @@ struct llmt_model {
     int64_t embed, norm, lm_head; /* element offsets; lm_head == embed when tied */
     int64_t num_params;
 
-    llmt_buf weights, grads, rope;
+    llmt_buf weights, rope;
+    /* Gradients (grad_place.h): elements [0, grad_split) in host_grads
+     * (HOST_STATE; element i at i), [grad_split, num_params) in grads (GRADS;
+     * element grad_split + i at i). grad_split is 0 (everything in grads,
+     * the default) or a multiple of LLMT_SHARD_GRANULE. Backward writes an
+     * offloaded bucket (one whose start is below grad_split) in grad_bucket
+     * (GRADS), which holds bucket `loaded` (-1: none) between an acquire and
+     * the next flush. host_valid[b]: bucket b's host part holds its gradient
+     * (else that part is zero and host_grads' bytes there are stale). */
+    llmt_buf grads, host_grads, grad_bucket;
+    int64_t grad_split;
+    int grads_live;      /* the three buffers are allocated (llmt_grads_ensure) */
+    uint8_t *host_valid; /* per bucket (llmt_grad_bucket_count) */
+    int32_t loaded;
     /* Counts changes made to the weights from outside the optimizer
      * (set_param, load), so mixed-precision master weights can follow. */
     uint64_t weights_epoch;
@@ -143,7 +156,8 @@ int llmt_model_allocate_arena(llmt_model *m, int64_t batch, int64_t seq);
 void llmt_model_release_arena(llmt_model *m);
 
 /* Forward (and backward with want_grad) of one micro-batch already checked;
- * loss_sum and count receive the summed loss and counted targets. */
+ * loss_sum and count receive the summed loss and counted targets. Returns
+ * with no gradient bucket loaded (llmt_grads_flush), also on failure. */
 int llmt_model_run(llmt_model *m, const int32_t *tokens, const int32_t *targets, int64_t batch,
                    int64_t seq, int want_grad, float row_grad_scale, double *loss_sum,
                    int64_t *count);

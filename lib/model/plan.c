@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "dist/shard.h"
 #include "llmt/plan.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "ops/cpu/cpu_backend.h"
 #include "optim/offload.h"
@@ -35,18 +36,32 @@ void llmt_plan_config_init(llmt_plan_config *cfg)
     }
 }
 
-/* Parameters of a configuration, counted by building its parameter table,
- * and the end of the flat prefix whose optimizer state c offloads (by the
- * optimizer's own llmt_offload_prefix, so plan and placement agree). */
-static int count_params(const llmt_plan_config *c, int64_t *params, int64_t *prefix)
+/* What the parameter table of a configuration decides: its size, the end
+ * of the flat prefix whose optimizer state c offloads (by the optimizer's
+ * own llmt_offload_prefix, so plan and placement agree), and with gradient
+ * offload the gradient split and the device bucket's elements (by the
+ * model's own grad_place.h functions, for a backend whose memory the host
+ * can or cannot read). */
+typedef struct param_counts {
+    int64_t params, prefix, grad_split, bucket;
+} param_counts;
+
+static int count_params(const llmt_plan_config *c, int host_memory, param_counts *out)
 {
     llmt_model tmp;
     memset(&tmp, 0, sizeof tmp);
+    memset(out, 0, sizeof *out);
     tmp.cfg = c->model;
     llmt_dims_from_config(&c->model, &tmp.dims);
     int rc = llmt_model_build_params(&tmp);
-    *params = tmp.num_params;
-    *prefix = rc ? 0 : llmt_offload_prefix(&tmp, c->offload_parts, c->offload_layers);
+    out->params = tmp.num_params;
+    if (!rc) {
+        out->prefix = llmt_offload_prefix(&tmp, c->offload_parts, c->offload_layers);
+        if (c->offload_parts & LLMT_OFFLOAD_GRADS) {
+            out->grad_split = llmt_grad_split(out->prefix);
+            out->bucket = llmt_grad_bucket_elems(&tmp, out->grad_split, host_memory);
+        }
+    }
     free(tmp.params);
     free(tmp.layer);
     return rc;
@@ -56,10 +71,9 @@ static int count_params(const llmt_plan_config *c, int64_t *params, int64_t *pre
  * checked. */
 static int check_offload_fields(const llmt_plan_config *c, const char *fn)
 {
-    if (c->offload_parts != LLMT_OFFLOAD_NONE && c->offload_parts != LLMT_OFFLOAD_OPTIMIZER)
-        return llmt_fail(LLMT_EINVAL, "%s: cfg->offload_parts = %d is not LLMT_OFFLOAD_NONE (0) "
-                         "or LLMT_OFFLOAD_OPTIMIZER (1); gradient offload is not built yet", fn,
-                         c->offload_parts);
+    int rc = llmt_offload_check_parts(fn, "cfg->offload_parts", c->offload_parts);
+    if (rc)
+        return rc;
     if (c->offload_layers < LLMT_OFFLOAD_ALL_LAYERS || c->offload_layers > c->model.num_layers)
         return llmt_fail(LLMT_EINVAL, "%s: cfg->offload_layers = %d is neither "
                          "LLMT_OFFLOAD_ALL_LAYERS (-1) nor in 0..%d (the model's layers)", fn,
@@ -71,6 +85,15 @@ static int check_offload_fields(const llmt_plan_config *c, const char *fn)
         return llmt_fail(LLMT_EUNSUPPORTED, "%s: cfg->offload_parts = %d with cfg->world_size = "
                          "%d: offload of a sharded optimizer is not built in this stage", fn,
                          c->offload_parts, c->world_size);
+    /* The slicer refuses to sum micro-batches in order into offloaded
+     * gradients (and the ordered sum is what extra_grads counts). */
+    int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
+    if ((c->offload_parts & LLMT_OFFLOAD_GRADS) && c->ordered_accumulation &&
+        batch > c->micro_batch)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: cfg->offload_parts = %d (gradient offload) with "
+                         "cfg->ordered_accumulation = 1 and batch_size %d in micro-batches of %d: "
+                         "ordered accumulation with gradient offload is not built", fn,
+                         c->offload_parts, batch, c->micro_batch);
     return LLMT_OK;
 }
 
@@ -182,8 +205,13 @@ static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params,
 static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *c,
                 llmt_plan *out)
 {
-    int64_t params = 0, split = 0;
-    int rc = count_params(c, &params, &split);
+    if ((c->offload_parts & LLMT_OFFLOAD_GRADS) && !ops->grad_stats_blocks)
+        return llmt_fail(LLMT_EUNSUPPORTED, "llmt_plan_compute: cfg->offload_parts = %d: gradient "
+                         "offload needs the gradient norm per granule, which the %s backend does "
+                         "not have", c->offload_parts, ops->name);
+    param_counts n;
+    int rc = count_params(c, ops->host_memory, &n);
+    const int64_t params = n.params, split = n.prefix;
     uint8_t *flags = malloc((size_t)c->model.num_layers);
     if (!rc && !flags)
         rc = llmt_fail(LLMT_ENOMEM, "llmt_plan_compute: out of host memory");
@@ -215,13 +243,17 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
         host_state = 2 * (uint64_t)host_moment + host_master +
                      llmt_offload_staging_bytes(ops->host_memory, split, e);
     }
+    /* Gradient offload: [0, grad_split) on the host, the rest and one
+     * bucket on the device (grad_split and bucket are 0 without it). */
+    host_state += (uint64_t)n.grad_split * e;
     /* Without a communicator, an ordered slicer sums each micro-batch's
      * gradient into one more buffer when the batch has more than one. */
     int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
     int extra_grads = c->world_size == 0 && c->ordered_accumulation && batch > c->micro_batch;
     memset(out->bytes, 0, sizeof out->bytes);
     out->bytes[LLMT_MEM_PARAMS] = (uint64_t)params * e;
-    out->bytes[LLMT_MEM_GRADS] = (uint64_t)params * e * (extra_grads ? 2 : 1) + shard.grad_sum;
+    out->bytes[LLMT_MEM_GRADS] = (uint64_t)(params - n.grad_split + n.bucket) * e +
+                                 (extra_grads ? (uint64_t)params * e : 0) + shard.grad_sum;
     out->bytes[LLMT_MEM_OPTIMIZER] = shard.optimizer;
     out->bytes[LLMT_MEM_HOST_STATE] = host_state;
     out->bytes[LLMT_MEM_ACTIVATIONS] = lay.act_bytes;
@@ -322,19 +354,21 @@ static const int32_t ladder[] = {
 
 /* Rungs of the fit's ladder at one micro-batch: the recompute ladder
  * without offload, then, when offload may be used, full recompute with the
- * state of layers [0, k) offloaded for k = 1..num_layers, then all of it. */
+ * state (and, when allowed, the gradients) of layers [0, k) offloaded for
+ * k = 1..num_layers, then all of it. */
 static int32_t rung_count(const llmt_plan_config *c, int offload)
 {
     int32_t n = (int32_t)(sizeof ladder / sizeof ladder[0]);
     return offload ? n + c->model.num_layers + 1 : n;
 }
 
-/* Sets c's recompute and offload to rung i of rung_count. */
-static void set_rung(llmt_plan_config *c, int32_t i)
+/* Sets c's recompute and offload to rung i of rung_count; the offload rungs
+ * offload `parts` (the parts the caller allows). */
+static void set_rung(llmt_plan_config *c, int32_t i, int32_t parts)
 {
     int32_t n = (int32_t)(sizeof ladder / sizeof ladder[0]);
     c->recompute = ladder[i < n ? i : n - 1];
-    c->offload_parts = i < n ? LLMT_OFFLOAD_NONE : LLMT_OFFLOAD_OPTIMIZER;
+    c->offload_parts = i < n ? LLMT_OFFLOAD_NONE : parts;
     c->offload_layers = i < n ? 0 : i - n + 1 <= c->model.num_layers ? i - n + 1
                                                                       : LLMT_OFFLOAD_ALL_LAYERS;
 }
@@ -349,13 +383,21 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
     c.layer_recompute = NULL;
     c.batch_size = cfg->batch_size ? cfg->batch_size : cfg->micro_batch; /* stays as b halves */
     int offload = offload_layers && cfg->offload_parts != LLMT_OFFLOAD_NONE;
+    /* Halving the micro-batch splits the batch, which an ordered slicer
+     * cannot do into offloaded gradients (check_offload_fields). */
+    if ((cfg->offload_parts & LLMT_OFFLOAD_GRADS) && cfg->ordered_accumulation &&
+        c.batch_size > 1)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: cfg->offload_parts = %d (gradient offload) with "
+                         "cfg->ordered_accumulation = 1: the fit may split the batch of %d into "
+                         "micro-batches, and ordered accumulation with gradient offload is not "
+                         "built", fn, cfg->offload_parts, c.batch_size);
     llmt_plan p = LLMT_PLAN_INIT;
     int rc;
     for (int32_t b = cfg->micro_batch;; b = (b + 1) / 2) {
         c.micro_batch = b;
         for (int32_t i = 0; i < rung_count(&c, offload); i++) {
             if (offload_layers)
-                set_rung(&c, i);
+                set_rung(&c, i, cfg->offload_parts);
             else
                 c.recompute = ladder[i];
             if ((rc = plan(ops, num_threads, &c, &p)))
@@ -371,12 +413,13 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
         if (b == 1)
             break;
     }
-    char where[64] = "", placed[96] = "";
+    char where[64] = "", placed[128] = "";
     if (c.world_size > 0)
         snprintf(where, sizeof where, " on rank %d of %d", p.rank, c.world_size);
     if (c.offload_parts != LLMT_OFFLOAD_NONE)
-        snprintf(placed, sizeof placed, " and the optimizer%s offloaded (host %llu)",
+        snprintf(placed, sizeof placed, " and the optimizer%s%s offloaded (host %llu)",
                  c.offload_layers == LLMT_OFFLOAD_ALL_LAYERS ? "" : "'s first layers",
+                 c.offload_parts & LLMT_OFFLOAD_GRADS ? " and gradients" : "",
                  (unsigned long long)p.host_peak);
     return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes%s: micro-batch 1 with full "
                      "recompute%s needs %llu (params %llu, grads %llu, optimizer %llu, "

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "llmt/slicer.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 
 struct llmt_slicer {
@@ -92,6 +93,16 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
                          seq_len);
     llmt_model *m = s->model;
     int32_t b = s->micro_batch < batch ? s->micro_batch : batch;
+    /* Ordered: the sum starts as the gradients held now and each
+     * micro-batch's gradient, computed alone, is added to it in order. */
+    const int ordered = s->accumulation == LLMT_ACCUMULATE_ORDERED && b < batch;
+    if (ordered && m->grad_split > 0)
+        return llmt_fail(LLMT_EUNSUPPORTED,
+                         "%s: ordered accumulation (LLMT_ACCUMULATE_ORDERED, %d micro-batches "
+                         "of %d) with gradient offload (LLMT_OFFLOAD_GRADS) is not supported: "
+                         "the ordered sum needs every gradient on the device; use "
+                         "LLMT_ACCUMULATE_IN_PLACE or offload the optimizer only",
+                         fn, (batch + b - 1) / b, b);
     /* Exactly one micro-batch's arena: a smaller last slice runs inside it. */
     if (!m->have_arena || m->layout.batch != b || m->layout.seq != seq_len ||
         memcmp(m->arena_flags, m->rc_flags, (size_t)m->dims.layers) != 0) {
@@ -100,9 +111,8 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
             return rc;
     }
     int64_t total = counted(targets, (int64_t)batch * seq_len);
-    /* Ordered: the sum starts as the gradients held now and each
-     * micro-batch's gradient, computed alone, is added to it in order. */
-    const int ordered = s->accumulation == LLMT_ACCUMULATE_ORDERED && b < batch;
+    if (ordered)
+        LLMT_TRY(llmt_grads_ensure(m));
     if (ordered && !s->sum.ptr)
         LLMT_TRY(llmt_buf_alloc(m->ctx, &s->sum, LLMT_MEM_GRADS, m->grads.bytes,
                                 "ordered gradient sum"));

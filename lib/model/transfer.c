@@ -58,8 +58,8 @@ int llmt_transfer_out(const llmt_model *m, const void *base, int dt, int64_t off
     return rc;
 }
 
-int llmt_transfer_tensor(const llmt_model *m, const char *fn, const char *name, void *base,
-                         int dt, void *host, size_t count, int to_device)
+int llmt_transfer_check(const llmt_model *m, const char *fn, const char *name, const void *host,
+                        size_t count, const llmt_param **out)
 {
     const llmt_param *p = llmt_model_find_param(m, fn, name);
     if (!p)
@@ -67,12 +67,20 @@ int llmt_transfer_tensor(const llmt_model *m, const char *fn, const char *name, 
     if (!host || count != (size_t)p->numel)
         return llmt_fail(LLMT_EINVAL, "%s: \"%s\" has %lld elements, buffer %s%zu", fn, name,
                          (long long)p->numel, host ? "count = " : "is NULL, count = ", count);
+    *out = p;
+    return LLMT_OK;
+}
+
+int llmt_transfer_tensor(const llmt_model *m, const char *fn, const char *name, void *base,
+                         int dt, void *host, size_t count, int to_device)
+{
+    const llmt_param *p = NULL;
+    LLMT_TRY(llmt_transfer_check(m, fn, name, host, count, &p));
     return to_device ? llmt_transfer_in(m, base, dt, p->offset, host, p->numel)
                      : llmt_transfer_out(m, base, dt, p->offset, host, p->numel);
 }
 
-/* Converts n fp32 values to dtype dt at dst (which may be F32). */
-static void narrow(void *dst, int dt, const float *src, int64_t n)
+void llmt_transfer_narrow(void *dst, int dt, const float *src, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         if (dt == LLMT_DTYPE_F32)
@@ -84,7 +92,7 @@ static void narrow(void *dst, int dt, const float *src, int64_t n)
     }
 }
 
-static void widen(float *dst, const void *src, int dt, int64_t n)
+void llmt_transfer_widen(float *dst, const void *src, int dt, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         dst[i] = dt == LLMT_DTYPE_F32    ? ((const float *)src)[i]
@@ -105,7 +113,7 @@ int llmt_transfer_weights_out(const llmt_model *m, int64_t off, int disk_dt, siz
     for (int64_t done = 0; done < n; done += LLMT_TRANSFER_CHUNK) {
         int64_t k = n - done < LLMT_TRANSFER_CHUNK ? n - done : LLMT_TRANSFER_CHUNK;
         LLMT_TRY(llmt_transfer_out(m, m->weights.ptr, m->dt, off + done, tmp, k));
-        narrow((char *)dst + (size_t)done * es, disk_dt, tmp, k);
+        llmt_transfer_narrow((char *)dst + (size_t)done * es, disk_dt, tmp, k);
     }
     return LLMT_OK;
 }
@@ -118,7 +126,7 @@ int llmt_transfer_tensor_in(const llmt_model *m, void *base, int64_t off, int64_
     for (int64_t done = 0; done < numel; done += LLMT_TRANSFER_CHUNK) {
         int64_t k = numel - done < LLMT_TRANSFER_CHUNK ? numel - done : LLMT_TRANSFER_CHUNK;
         LLMT_TRY(llmt_st_read(f, idx, (size_t)done * es, raw, (size_t)k * es));
-        widen(tmp, raw, dt, k);
+        llmt_transfer_widen(tmp, raw, dt, k);
         LLMT_TRY(llmt_transfer_in(m, base, m->dt, off + done, tmp, k));
     }
     return LLMT_OK;

@@ -26,6 +26,16 @@ int llmt_transfer_out(const llmt_model *m, const void *base, int dt, int64_t off
 int llmt_transfer_tensor(const llmt_model *m, const char *fn, const char *name, void *base,
                          int dt, void *host, size_t count, int to_device);
 
+/* The checks of llmt_transfer_tensor: *out = the parameter named name when
+ * host is non-NULL and count its numel (same errors and messages). */
+int llmt_transfer_check(const llmt_model *m, const char *fn, const char *name, const void *host,
+                        size_t count, const llmt_param **out);
+
+/* Converts n fp32 values at src to dtype dt (F32, BF16 or F16; rounded to
+ * nearest even) at host dst, and back: conversions on host memory. */
+void llmt_transfer_narrow(void *dst, int dt, const float *src, int64_t n);
+void llmt_transfer_widen(float *dst, const void *src, int dt, int64_t n);
+
 
 /* Writes the n weights from element offset off to host dst in dtype disk_dt:
  * a straight copy when that is the model's dtype, else through fp32 in tmp

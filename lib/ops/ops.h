@@ -15,7 +15,7 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 7
+#define LLMT_BACKEND_ABI 8
 
 typedef struct llmt_device llmt_device;
 
@@ -170,10 +170,15 @@ typedef struct llmt_backend_ops {
                       double *sumsq, int64_t *nonfinite, void *scratch);
     /* Per block of `block` elements of g (the last may be shorter): the sum
      * of (factor g)^2 in double into host partials[i], and the count of
-     * non-finite (factor g) in all; the same bits for any thread count.
+     * non-finite (factor g) in all. Block i's partial has the same bits for
+     * any thread count, and whether g is the whole buffer or a sub-range
+     * starting at a multiple of `block` (so a buffer split at such points
+     * gives the whole buffer's partials). scratch: optim_scratch_bytes of
+     * device memory (the CPU ignores it); returns once partials are written.
      * NULL where the backend has none (then no sharded optimizer). */
     int (*grad_stats_blocks)(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
-                             int64_t block, double *partials, int64_t *nonfinite);
+                             int64_t block, double *partials, int64_t *nonfinite,
+                             void *scratch);
     /* One AdamW update; see llmt_adamw_args. */
     int (*adamw)(llmt_device *dev, const llmt_adamw_args *args);
 

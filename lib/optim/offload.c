@@ -2,10 +2,12 @@
  * [first, split) and a device segment [split, end)), moving it between
  * placements, and the AdamW update of the host segment with the CPU
  * backend's kernel, so that offload changes no bit of the result. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
 #include "optim/offload.h"
@@ -21,13 +23,25 @@ int64_t llmt_offload_prefix(const llmt_model *m, int32_t parts, int32_t layers)
     return layers < m->dims.layers ? m->layer[layers].ln1 : m->norm;
 }
 
+int llmt_offload_check_parts(const char *fn, const char *name, int32_t parts)
+{
+    if (parts == LLMT_OFFLOAD_GRADS)
+        return llmt_fail(LLMT_EINVAL,
+                         "%s: %s = LLMT_OFFLOAD_GRADS alone: gradient offload needs "
+                         "LLMT_OFFLOAD_OPTIMIZER too (the host AdamW reads the offloaded "
+                         "gradients)",
+                         fn, name);
+    if (parts < LLMT_OFFLOAD_NONE || parts > (LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS))
+        return llmt_fail(LLMT_EINVAL,
+                         "%s: %s = %d is not LLMT_OFFLOAD_NONE (0), LLMT_OFFLOAD_OPTIMIZER (1) "
+                         "or LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS (3)",
+                         fn, name, parts);
+    return LLMT_OK;
+}
+
 int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t num_layers)
 {
-    if (parts != LLMT_OFFLOAD_NONE && parts != LLMT_OFFLOAD_OPTIMIZER)
-        return llmt_fail(LLMT_EINVAL,
-                         "%s: parts = %d is not LLMT_OFFLOAD_NONE (0) or LLMT_OFFLOAD_OPTIMIZER "
-                         "(1); gradient offload is not built yet",
-                         fn, parts);
+    LLMT_TRY(llmt_offload_check_parts(fn, "parts", parts));
     if (parts != LLMT_OFFLOAD_NONE && (layers < LLMT_OFFLOAD_ALL_LAYERS || layers > num_layers))
         return llmt_fail(LLMT_EINVAL,
                          "%s: layers = %d is neither LLMT_OFFLOAD_ALL_LAYERS (-1) nor in 0..%lld "
@@ -200,16 +214,20 @@ int llmt_offload_alloc(llmt_optimizer *o, int64_t split)
     return llmt_offload_master_from_weights(o);
 }
 
-int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, const void *g, int64_t off,
-                        int64_t e)
+int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e)
 {
     const llmt_model *m = o->model;
     size_t wb = llmt_dtype_size(m->dt), sb = llmt_dtype_size(o->state_dt);
-    /* Element first + i of the host segment's buffers and of g is at i. */
+    const int64_t gs = m->grad_split; /* gradients below it are in host_grads */
+    /* Element first + i of the host segment's buffers is at i. */
     for (int64_t c = off; c < e;) {
         int64_t k = e - c;
         int64_t i = c - o->first;
-        a.g = (const char *)g + (size_t)i * wb;
+        int host_g = c < gs;
+        if (host_g && gs - c < k) /* one chunk's gradients come from one place */
+            k = gs - c;
+        a.g = host_g ? (const char *)m->host_grads.ptr + (size_t)c * wb
+                     : (const char *)m->grads.ptr + (size_t)(c - gs) * wb;
         a.m = (char *)o->hm.ptr + (size_t)i * sb;
         a.v = (char *)o->hv.ptr + (size_t)i * sb;
         a.master = o->has_master ? (float *)o->hmaster.ptr + i : NULL;
@@ -221,21 +239,35 @@ int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, const void *g, int
             c += k;
             continue;
         }
-        /* The device's gradients (and weights, when the update reads them)
-         * come to the staging, the CPU kernel updates, the weights go back. */
+        /* The device's gradients (offloaded ones are on the host already)
+         * and weights (when the update reads them) come to the staging, the
+         * CPU kernel updates, the weights go back. */
         k = k < LLMT_OFFLOAD_CHUNK ? k : LLMT_OFFLOAD_CHUNK;
         a.n = k;
         void *w_dev = a.w;
-        LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_g.ptr, a.g, (size_t)k * wb));
+        if (!host_g) {
+            LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_g.ptr, a.g, (size_t)k * wb));
+            a.g = o->stage_g.ptr;
+        }
         if (!a.master)
             LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_w.ptr, w_dev, (size_t)k * wb));
-        a.g = o->stage_g.ptr;
         a.w = o->stage_w.ptr;
         LLMT_TRY(o->host_dev->ops->adamw(o->host_dev, &a));
         LLMT_TRY(m->ops->copy_to_device(m->dev, w_dev, o->stage_w.ptr, (size_t)k * wb));
         c += k;
     }
     return LLMT_OK;
+}
+
+int64_t llmt_offload_grad_split(const llmt_optimizer *o)
+{
+    return o->offload_parts & LLMT_OFFLOAD_GRADS ? llmt_grad_split(o->split) : 0;
+}
+
+int llmt_offload_place_grads(llmt_optimizer *o)
+{
+    int64_t want = llmt_offload_grad_split(o);
+    return o->model->grad_split == want ? LLMT_OK : llmt_grads_place(o->model, want);
 }
 
 void llmt_offload_section(const llmt_optimizer *o, int sec, const llmt_buf **host,
@@ -293,6 +325,35 @@ static int copy_section(const llmt_optimizer *o, const placement *from, const pl
     return LLMT_OK;
 }
 
+/* Moves o's state to split point split: the new buffers are filled before
+ * the old ones are freed; on failure the old placement stays. */
+static int move_state(llmt_optimizer *o, int64_t split)
+{
+    const llmt_model *m = o->model;
+    placement next, old;
+    LLMT_TRY(placement_alloc(o, split, &next));
+    placement_take(o, &old);
+    int rc = LLMT_OK;
+    for (int sec = 0; sec < (o->has_master ? 3 : 2) && !rc; sec++)
+        rc = copy_section(o, &old, &next, sec);
+    if (!rc)
+        rc = m->ops->synchronize(m->dev);
+    placement *keep = rc ? &old : &next, *drop = rc ? &next : &old;
+    placement_install(o, keep);
+    placement_free(m->ctx, drop);
+    return rc;
+}
+
+int llmt_offload_check_backend(const llmt_optimizer *o, const char *fn, int32_t parts)
+{
+    if (!(parts & LLMT_OFFLOAD_GRADS) || o->model->ops->grad_stats_blocks)
+        return LLMT_OK;
+    return llmt_fail(LLMT_EUNSUPPORTED,
+                     "%s: parts = %d: gradient offload needs the gradient norm per granule, "
+                     "which the %s backend does not have",
+                     fn, parts, o->model->ops->name);
+}
+
 int llmt_optimizer_set_offload(llmt_optimizer *o, int32_t parts, int32_t layers)
 {
     const char *fn = "llmt_optimizer_set_offload";
@@ -304,24 +365,22 @@ int llmt_optimizer_set_offload(llmt_optimizer *o, int32_t parts, int32_t layers)
                          "%s: parts = %d on a sharded optimizer: offload of a sharded optimizer "
                          "is not built yet",
                          fn, parts);
+    LLMT_TRY(llmt_offload_check_backend(o, fn, parts));
     if (parts == LLMT_OFFLOAD_NONE)
         layers = 0;
-    const llmt_model *m = o->model;
+    llmt_model *m = o->model;
     int64_t split = llmt_offload_split(o, parts, layers);
-    if (split != o->split) {
-        placement next, old;
-        LLMT_TRY(placement_alloc(o, split, &next));
-        placement_take(o, &old);
-        int rc = LLMT_OK;
-        for (int sec = 0; sec < (o->has_master ? 3 : 2) && !rc; sec++)
-            rc = copy_section(o, &old, &next, sec);
-        if (!rc)
-            rc = m->ops->synchronize(m->dev);
-        placement *keep = rc ? &old : &next, *drop = rc ? &next : &old;
-        placement_install(o, keep);
-        placement_free(m->ctx, drop);
-        if (rc)
-            return rc;
+    /* The gradients move first (nothing changes if they cannot); if the
+     * state then cannot, they go back, and should that fail too the next
+     * step puts them where the placement says before it reads them. */
+    const int64_t old_grad_split = m->grad_split;
+    LLMT_TRY(llmt_grads_place(m, parts & LLMT_OFFLOAD_GRADS ? llmt_grad_split(split) : 0));
+    int rc = split == o->split ? LLMT_OK : move_state(o, split);
+    if (rc) { /* the gradients go back; the state's refusal is the message */
+        char why[512];
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        (void)llmt_grads_place(m, old_grad_split);
+        return llmt_fail(rc, "%s", why);
     }
     o->offload_parts = parts;
     o->offload_layers = layers;

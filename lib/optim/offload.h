@@ -22,6 +22,10 @@ typedef struct llmt_model llmt_model;
  * layers must have been checked (llmt_offload_check). */
 int64_t llmt_offload_prefix(const llmt_model *m, int32_t parts, int32_t layers);
 
+/* Validates an offload parts value (NONE, OPTIMIZER, OPTIMIZER | GRADS),
+ * naming fn and the argument `name` at fault (LLMT_EINVAL). */
+int llmt_offload_check_parts(const char *fn, const char *name, int32_t parts);
+
 /* Validates parts and layers for a model of num_layers layers, naming fn and
  * the argument at fault (LLMT_EINVAL). */
 int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t num_layers);

@@ -71,10 +71,21 @@ void llmt_offload_free(llmt_optimizer *o);
 int llmt_offload_master_from_weights(llmt_optimizer *o);
 
 /* AdamW over [off, e) of the host segment (first <= off < e <= split): a
- * holds every field but the pointers, n and rng_offset; g holds element
- * first + i at i. */
-int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, const void *g, int64_t off,
-                        int64_t e);
+ * holds every field but the pointers, n and rng_offset. The gradients come
+ * from where the model keeps them (host_grads below its grad_split). */
+int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e);
+
+/* The model's gradient split o's placement asks for: the offloaded prefix
+ * rounded down to a granule with LLMT_OFFLOAD_GRADS, else 0. */
+int64_t llmt_offload_grad_split(const llmt_optimizer *o);
+
+/* LLMT_EUNSUPPORTED (naming fn and parts) where parts asks for gradient
+ * offload and o's backend has no grad_stats_blocks. */
+int llmt_offload_check_backend(const llmt_optimizer *o, const char *fn, int32_t parts);
+
+/* Places the model's gradients as o's placement asks (llmt_grads_place),
+ * where they are not already. */
+int llmt_offload_place_grads(llmt_optimizer *o);
 
 /* The split point of o's range [first, end) for an offload of (parts,
  * layers): the offloaded prefix (llmt_offload_prefix) clamped to the range. */

@@ -7,6 +7,7 @@
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
 #include "dist/shard.h"
@@ -95,12 +96,8 @@ int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn)
         return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows 1..%u", fn,
                          c->version, LLMT_OPTIMIZER_CONFIG_VERSION);
     /* The layer range is checked against the model at creation. */
-    if (c->version >= 2 && c->offload_parts != LLMT_OFFLOAD_NONE &&
-        c->offload_parts != LLMT_OFFLOAD_OPTIMIZER)
-        return llmt_fail(LLMT_EINVAL,
-                         "%s: offload_parts = %d is not LLMT_OFFLOAD_NONE (0) or "
-                         "LLMT_OFFLOAD_OPTIMIZER (1); gradient offload is not built yet",
-                         fn, c->offload_parts);
+    if (c->version >= 2)
+        LLMT_TRY(llmt_offload_check_parts(fn, "offload_parts", c->offload_parts));
     for (int p = 0; p < SETTING_COUNT; p++) {
         int rc = check_setting(fn, p, get_setting(c, p));
         if (rc)
@@ -143,12 +140,19 @@ int llmt_optimizer_alloc_state(llmt_optimizer *o, int64_t first, int64_t end)
                        "%s: cfg->offload_parts = %d on a sharded optimizer: offload of a sharded "
                        "optimizer is not built yet",
                        fn, o->cfg.offload_parts);
+    if (!rc)
+        rc = llmt_offload_check_backend(o, fn, o->cfg.offload_parts);
     if (rc)
         return rc;
     o->offload_parts = o->cfg.offload_parts;
     o->offload_layers = o->offload_parts == LLMT_OFFLOAD_NONE ? 0 : o->cfg.offload_layers;
     o->split = first;
     rc = llmt_offload_alloc(o, llmt_offload_split(o, o->offload_parts, o->offload_layers));
+    /* The model's gradients, allocated where this placement puts them. */
+    if (!rc)
+        rc = llmt_offload_place_grads(o);
+    if (!rc)
+        rc = llmt_grads_ensure(model);
     if (!rc)
         rc = llmt_buf_alloc(model->ctx, &o->scratch, LLMT_MEM_WORKSPACE,
                             model->ops->optim_scratch_bytes, "optimizer scratch");
@@ -258,8 +262,8 @@ double llmt_optimizer_lr(const llmt_optimizer *o)
 
 /* Runs AdamW over each maximal run of consecutive tensors sharing a weight
  * decay (norm weights are excluded unless decay_norms), within the range
- * [first, end) the optimizer updates; g holds element first + i at i. */
-static int update_all(llmt_optimizer *o, const void *g, float grad_factor, double lr)
+ * [first, end) the optimizer updates. */
+static int update_all(llmt_optimizer *o, float grad_factor, double lr)
 {
     const llmt_model *m = o->model;
     int64_t t = o->steps + 1;
@@ -291,7 +295,7 @@ static int update_all(llmt_optimizer *o, const void *g, float grad_factor, doubl
         a.weight_decay = decay ? (float)o->cfg.weight_decay : 0.0f;
         if (off < o->split) { /* the offloaded part of the run */
             int64_t host_end = end < o->split ? end : o->split;
-            LLMT_TRY(llmt_offload_update(o, a, g, off, host_end));
+            LLMT_TRY(llmt_offload_update(o, a, off, host_end));
             off = host_end;
         }
         if (end <= off)
@@ -299,7 +303,11 @@ static int update_all(llmt_optimizer *o, const void *g, float grad_factor, doubl
         int64_t local = off - o->split; /* in the device buffers */
         a.n = end - off;
         a.w = (char *)m->weights.ptr + (size_t)off * wb;
-        a.g = (const char *)g + (size_t)(off - o->first) * wb;
+        /* The device segment's gradients: a sharded optimizer's sum holds
+         * element first + i at i, the model's device gradients element
+         * grad_split + i (the split is at most the optimizer's). */
+        a.g = o->comm ? (const char *)o->grad_sum.ptr + (size_t)(off - o->first) * wb
+                      : (const char *)m->grads.ptr + (size_t)(off - m->grad_split) * wb;
         a.m = (char *)o->m.ptr + (size_t)local * sb;
         a.v = (char *)o->v.ptr + (size_t)local * sb;
         a.master = o->has_master ? (float *)o->master.ptr + local : NULL;
@@ -310,9 +318,33 @@ static int update_all(llmt_optimizer *o, const void *g, float grad_factor, doubl
     return LLMT_OK;
 }
 
+/* Per-granule partials of the gradients [0, n) held in host memory at g,
+ * into partials: read in place where the backend's memory is host memory,
+ * else uploaded chunk by chunk into the model's gradient bucket. */
+static int host_grad_stats(llmt_optimizer *o, const void *g, int64_t n, float inv_scale,
+                           int64_t *nonfinite)
+{
+    const llmt_model *m = o->model;
+    size_t es = llmt_dtype_size(m->dt);
+    if (m->ops->host_memory)
+        return m->ops->grad_stats_blocks(m->dev, g, n, m->dt, inv_scale, LLMT_SHARD_GRANULE,
+                                         o->partials, nonfinite, o->scratch.ptr);
+    for (int64_t c = 0; c < n; c += LLMT_GRAD_STATS_CHUNK) { /* granule-aligned chunks */
+        int64_t k = n - c < LLMT_GRAD_STATS_CHUNK ? n - c : LLMT_GRAD_STATS_CHUNK;
+        int64_t bad = 0;
+        LLMT_TRY(m->ops->copy_to_device(m->dev, m->grad_bucket.ptr, (const char *)g + (size_t)c * es,
+                                        (size_t)k * es));
+        LLMT_TRY(m->ops->grad_stats_blocks(m->dev, m->grad_bucket.ptr, k, m->dt, inv_scale,
+                                           LLMT_SHARD_GRANULE, o->partials + c / LLMT_SHARD_GRANULE,
+                                           &bad, o->scratch.ptr));
+        *nonfinite += bad;
+    }
+    return LLMT_OK;
+}
+
 /* The unscaled gradient's sum of squares and non-finite count over all
- * parameters: per granule (the same bits for any thread count or world
- * size) where the backend can, else in one pass. */
+ * parameters: per granule (the same bits for any thread count, world size
+ * or gradient placement) where the backend can, else in one pass. */
 static int grad_stats(llmt_optimizer *o, float inv_scale, double *sumsq, int64_t *nonfinite)
 {
     const llmt_model *m = o->model;
@@ -321,8 +353,16 @@ static int grad_stats(llmt_optimizer *o, float inv_scale, double *sumsq, int64_t
     if (!o->partials)
         return m->ops->grad_stats(m->dev, m->grads.ptr, m->num_params, m->dt, inv_scale, sumsq,
                                   nonfinite, o->scratch.ptr);
-    LLMT_TRY(m->ops->grad_stats_blocks(m->dev, m->grads.ptr, m->num_params, m->dt, inv_scale,
-                                       LLMT_SHARD_GRANULE, o->partials, nonfinite));
+    /* [0, grad_split) in host memory, the rest on the device; the split is
+     * a granule boundary, so the partials are those of one buffer. */
+    const int64_t gs = m->grad_split;
+    int64_t host_bad = 0, dev_bad = 0;
+    if (gs > 0)
+        LLMT_TRY(host_grad_stats(o, m->host_grads.ptr, gs, inv_scale, &host_bad));
+    LLMT_TRY(m->ops->grad_stats_blocks(m->dev, m->grads.ptr, m->num_params - gs, m->dt, inv_scale,
+                                       LLMT_SHARD_GRANULE, o->partials + gs / LLMT_SHARD_GRANULE,
+                                       &dev_bad, o->scratch.ptr));
+    *nonfinite = host_bad + dev_bad;
     int64_t blocks = (m->num_params + LLMT_SHARD_GRANULE - 1) / LLMT_SHARD_GRANULE;
     double total = 0.0;
     for (int64_t b = 0; b < blocks; b++) /* in block order: the sharded sum's order */
@@ -362,6 +402,10 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
             return rc;
     }
     o->grads_reduced = 0;
+    /* The gradients where this optimizer's placement says (another
+     * optimizer of the model may have moved them), and whole on the host. */
+    LLMT_TRY(llmt_offload_place_grads(o));
+    LLMT_TRY(llmt_grads_settle(o->model));
     double scale = scaler ? llmt_loss_scaler_scale(scaler) : 1.0;
     float inv_scale = (float)(1.0 / scale);
     double sumsq = 0.0;
@@ -374,8 +418,7 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
     if (!nonfinite) {
         /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1. */
         double coef = o->cfg.grad_clip > 0.0 ? o->cfg.grad_clip / (norm + 1e-6) : 1.0;
-        const void *g = o->comm ? o->grad_sum.ptr : m->grads.ptr;
-        rc = update_all(o, g, (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0)), lr);
+        rc = update_all(o, (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0)), lr);
         if (!rc && o->comm)
             rc = llmt_optimizer_gather_weights(o);
         if (rc)

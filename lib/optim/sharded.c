@@ -10,6 +10,7 @@
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "dist/shard.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "model/transfer.h"
 #include "optim/optim_internal.h"
@@ -139,6 +140,10 @@ int llmt_optimizer_reduce_begin(llmt_optimizer *o)
 
 int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
 {
+    /* The whole gradient buffer on the device (another optimizer of the
+     * model may have offloaded it), allocated. */
+    LLMT_TRY(llmt_offload_place_grads(o));
+    LLMT_TRY(llmt_grads_settle(o->model));
     const llmt_model *m = o->model;
     const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
     const size_t es = llmt_dtype_size(m->dt);
@@ -181,7 +186,8 @@ int llmt_optimizer_sharded_stats(llmt_optimizer *o, float inv_scale, double *sum
     if (o->end > o->first)
         LLMT_TRY(m->ops->grad_stats_blocks(m->dev, o->grad_sum.ptr, o->end - o->first, m->dt,
                                            inv_scale, LLMT_SHARD_GRANULE,
-                                           o->partials + o->block_bounds[me], &bad));
+                                           o->partials + o->block_bounds[me], &bad,
+                                           o->scratch.ptr));
     LLMT_TRY(llmt_comm_allgather_ranges(o->comm, "gradient norm", o->partials, sizeof(double),
                                         o->block_bounds));
     LLMT_TRY(llmt_comm_allreduce_i64(o->comm, "gradient norm", &bad, 1, LLMT_COMM_SUM));

@@ -17,6 +17,7 @@
 #include "llmt/config.h"
 #include "llmt/data.h"
 #include "llmt/recompute.h"
+#include "llmt/slicer.h"
 #include "train/config_internal.h"
 #include "util/format.h"
 
@@ -31,7 +32,8 @@ typedef enum kind {
     K_PATH,      /* string */
     K_ENUM,      /* one of names, stored as int32 index */
     K_RECOMPUTE, /* none, or flags joined by '+' */
-    K_LAYERS     /* all (stored as -1), or an int32 count in lo..hi */
+    K_LAYERS,    /* all (stored as -1), or an int32 count in lo..hi */
+    K_OFFLOAD    /* one of offload_names, stored as its llmt_offload_part bits */
 } kind;
 
 typedef struct field {
@@ -49,7 +51,10 @@ static const char *const backend_names[] = {"cpu", "cuda", NULL};
 static const char *const rope_scaling_names[] = {"none", "llama3", NULL};
 static const char *const reduce_names[] = {"deterministic", "fast", NULL};
 static const char *const accumulation_names[] = {"in_place", "ordered", NULL};
-static const char *const offload_names[] = {"none", "optimizer", NULL}; /* llmt_offload_part */
+/* optimizer.offload's values and their llmt_offload_part bits. */
+static const char *const offload_names[] = {"none", "optimizer", "optimizer+grads", NULL};
+static const int32_t offload_bits[] = {LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_OPTIMIZER,
+                                       LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS};
 
 #define OFF(f) offsetof(llmt_train_config, f)
 #define BIG 1e15
@@ -78,7 +83,7 @@ static const field fields[] = {
     {"optimizer", "weight_decay", K_F64, OFF(optimizer.weight_decay), 0, 1, NULL},
     {"optimizer", "decay_norms", K_BOOL, OFF(optimizer.decay_norms), 0, 1, NULL},
     {"optimizer", "grad_clip", K_F64, OFF(optimizer.grad_clip), 0, 1e12, NULL},
-    {"optimizer", "offload", K_ENUM, OFF(optimizer.offload_parts), 0, 1, offload_names},
+    {"optimizer", "offload", K_OFFLOAD, OFF(optimizer.offload_parts), 0, 0, offload_names},
     {"optimizer", "offload_layers", K_LAYERS, OFF(optimizer.offload_layers), 0, 4096, NULL},
     {"schedule", "kind", K_ENUM, OFF(optimizer.schedule), 0, 2, schedule_names},
     {"schedule", "warmup_steps", K_I64, OFF(optimizer.warmup_steps), 0, BIG, NULL},
@@ -354,6 +359,17 @@ static int set_value(llmt_train_config *cfg, const field *f, const char *s, char
             return refuse(why, cap, "'%s' is not all or an integer in %.0f..%.0f", s, f->lo, f->hi);
         *(int32_t *)dst = (int32_t)iv;
         return 0;
+    case K_OFFLOAD:
+        for (int32_t i = 0; offload_names[i]; i++)
+            if (strcmp(s, offload_names[i]) == 0) {
+                *(int32_t *)dst = offload_bits[i];
+                return 0;
+            }
+        if (strcmp(s, "grads") == 0)
+            return refuse(why, cap, "'grads' alone: gradient offload needs the optimizer's "
+                            "too (the host AdamW reads the offloaded gradients): use "
+                            "optimizer+grads");
+        return refuse(why, cap, "'%s' is not one of none, optimizer, optimizer+grads", s);
     }
     return 0;
 }
@@ -616,6 +632,12 @@ int llmt_train_config_check(const llmt_train_config *c)
          c->optimizer.offload_layers > c->model.num_layers))
         return llmt_fail(LLMT_EINVAL, "optimizer.offload_layers = %d is neither all nor in 0..%d "
                          "(model.num_layers)", c->optimizer.offload_layers, c->model.num_layers);
+    /* The trainer refuses it: its controller may split the batch. */
+    if ((c->optimizer.offload_parts & LLMT_OFFLOAD_GRADS) &&
+        c->accumulation == LLMT_ACCUMULATE_ORDERED)
+        return llmt_fail(LLMT_EUNSUPPORTED, "optimizer.offload = optimizer+grads with "
+                         "batch.accumulation = ordered: ordered accumulation with gradient "
+                         "offload is not built (use in_place, or optimizer.offload: optimizer)");
     if (c->optimizer.schedule != LLMT_SCHEDULE_CONSTANT &&
         c->optimizer.total_steps <= c->optimizer.warmup_steps)
         return llmt_fail(LLMT_EINVAL, "schedule.total_steps = %lld must exceed "
@@ -685,6 +707,11 @@ static void emit_value(out_buf *o, const llmt_train_config *cfg, const field *f)
             emit(o, "all");
         else
             emit(o, "%d", *(const int32_t *)src);
+        break;
+    case K_OFFLOAD:
+        for (int i = 0; offload_names[i]; i++)
+            if (offload_bits[i] == *(const int32_t *)src)
+                emit(o, "%s", offload_names[i]);
         break;
     }
 }

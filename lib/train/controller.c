@@ -1,11 +1,12 @@
 /* The adaptive controller's ladder of notches, its predictions and the
- * optimizer placement of its offload rungs. */
+ * optimizer (and gradient) placement of its offload rungs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "optim/optim_internal.h"
 #include "train/controller.h"
 
@@ -67,15 +68,32 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
     *micro = b;
 }
 
-/* Bytes of the optimizer's state left on the device with offload_layers
- * offloaded (its device segment, as the optimizer sizes it). */
-static uint64_t device_state_bytes(const llmt_optimizer *o, int32_t offload_layers)
+/* The parts a placed optimizer has at rung offload_layers (0: none). */
+static int32_t rung_parts(const llmt_controller *c, int32_t offload_layers)
 {
-    int64_t split = llmt_offload_split(o, offload_layers ? LLMT_OFFLOAD_OPTIMIZER
-                                                         : LLMT_OFFLOAD_NONE, offload_layers);
+    return offload_layers ? c->parts : c->rest_parts;
+}
+
+/* Device bytes of what the controller places, with offload_layers
+ * offloaded: the optimizer's device segment, as the optimizer sizes it,
+ * and, when the rungs offload gradients, the model's device gradients (the
+ * segment from the gradient split on and one bucket, as the model sizes
+ * them). Gradients that never move are left out. */
+static uint64_t device_state_bytes(const llmt_controller *c, int32_t offload_layers)
+{
+    const llmt_optimizer *o = c->opt;
+    const llmt_model *m = o->model;
+    int32_t parts = rung_parts(c, offload_layers);
+    int64_t split = llmt_offload_split(o, parts, offload_layers);
     size_t moment = 0, master = 0;
-    llmt_optimizer_sizes(o->model->cfg.precision, o->end - split, &moment, &master);
-    return 2 * (uint64_t)moment + master;
+    llmt_optimizer_sizes(m->cfg.precision, o->end - split, &moment, &master);
+    uint64_t bytes = 2 * (uint64_t)moment + master;
+    if (c->parts & LLMT_OFFLOAD_GRADS) {
+        int64_t gs = parts & LLMT_OFFLOAD_GRADS ? llmt_grad_split(split) : 0;
+        int64_t elems = m->num_params - gs + llmt_grad_bucket_elems(m, gs, m->ops->host_memory);
+        bytes += (uint64_t)elems * llmt_dtype_size(m->dt);
+    }
+    return bytes;
 }
 
 int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
@@ -91,7 +109,7 @@ int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
     free(flags);
     if (!rc)
         *bytes = (uint64_t)lay.act_bytes + lay.work_bytes +
-                 (c->opt ? device_state_bytes(c->opt, offload) : 0);
+                 (c->opt ? device_state_bytes(c, offload) : 0);
     return rc;
 }
 
@@ -100,7 +118,7 @@ uint64_t llmt_controller_placed_bytes(const llmt_controller *c)
     int32_t parts = 0, layers = 0;
     if (!c->opt || llmt_optimizer_get_offload(c->opt, &parts, &layers))
         return 0;
-    return device_state_bytes(c->opt, layers);
+    return device_state_bytes(c, layers);
 }
 
 int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llmt_slicer *s)
@@ -121,13 +139,39 @@ int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llm
     return status;
 }
 
+/* Offloads everything from the placement (now, now_layers). With the
+ * gradients on the device (now_layers 0) and gradient offload allowed, the
+ * optimizer's state moves first, freeing its device bytes before the
+ * gradients' move allocates their device segment and bucket; should the
+ * second move fail, the first is undone (if it can be). */
+static int offload_all(llmt_controller *c, int32_t now, int32_t now_layers)
+{
+    if (!(c->parts & LLMT_OFFLOAD_GRADS) || now_layers != 0)
+        return llmt_optimizer_set_offload(c->opt, c->parts, LLMT_OFFLOAD_ALL_LAYERS);
+    LLMT_TRY(llmt_optimizer_set_offload(c->opt, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS));
+    int rc = llmt_optimizer_set_offload(c->opt, c->parts, LLMT_OFFLOAD_ALL_LAYERS);
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        (void)llmt_optimizer_set_offload(c->opt, now, 0);
+        return llmt_fail(rc, "%s", why);
+    }
+    return LLMT_OK;
+}
+
 int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, uint64_t budget,
                           uint64_t in_use)
 {
     if (!c->attached) {
         int32_t parts = 0, layers = 0;
         LLMT_TRY(llmt_optimizer_get_offload(opt, &parts, &layers));
-        c->opt = !opt->comm && parts == LLMT_OFFLOAD_NONE ? opt : NULL;
+        /* Placed by the controller: an optimizer without offload (its rungs
+         * offload the state), or one whose owner allowed gradient offload
+         * but offloaded no layer (the rungs offload state and gradients). */
+        int unplaced = parts == LLMT_OFFLOAD_NONE || ((parts & LLMT_OFFLOAD_GRADS) && layers == 0);
+        c->opt = !opt->comm && unplaced ? opt : NULL;
+        c->parts = parts == LLMT_OFFLOAD_NONE ? LLMT_OFFLOAD_OPTIMIZER : parts;
+        c->rest_parts = parts;
         c->attached = 1;
     }
     if (!c->opt)
@@ -138,16 +182,15 @@ int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, ui
     int32_t micro = 0, target = 0;
     llmt_controller_notch(c, k, flags, &micro, &target);
     free(flags);
-    int32_t parts = target ? LLMT_OFFLOAD_OPTIMIZER : LLMT_OFFLOAD_NONE, now = 0, layers = 0;
+    int32_t now = 0, layers = 0;
     LLMT_TRY(llmt_optimizer_get_offload(c->opt, &now, &layers));
     if (layers == target)
         return LLMT_OK;
     /* The move holds the old and the new device segments at once. */
     if (budget && target != LLMT_OFFLOAD_ALL_LAYERS &&
-        in_use + device_state_bytes(c->opt, target) > budget)
-        LLMT_TRY(llmt_optimizer_set_offload(c->opt, LLMT_OFFLOAD_OPTIMIZER,
-                                            LLMT_OFFLOAD_ALL_LAYERS));
-    return llmt_optimizer_set_offload(c->opt, parts, target);
+        in_use + device_state_bytes(c, target) > budget)
+        LLMT_TRY(offload_all(c, now, layers));
+    return llmt_optimizer_set_offload(c->opt, rung_parts(c, target), target);
 }
 
 /* Whether notch k is an offload rung that changes nothing: the optimizer
@@ -207,11 +250,13 @@ void llmt_controller_describe(const llmt_controller *c, int64_t k, char *buf, si
         l = end + 1;
     }
     int n = 0;
+    const char *what = c->parts & LLMT_OFFLOAD_GRADS ? "optimizer state and gradients"
+                                                      : "optimizer state";
     if (used < cap && c->opt && offload == LLMT_OFFLOAD_ALL_LAYERS)
-        n = snprintf(buf + used, cap - used, "; optimizer state offloaded: all");
+        n = snprintf(buf + used, cap - used, "; %s offloaded: all", what);
     else if (used < cap && c->opt && offload > 0)
-        n = snprintf(buf + used, cap - used, "; optimizer state offloaded: embedding and "
-                     "layers 0-%d", offload - 1);
+        n = snprintf(buf + used, cap - used, "; %s offloaded: embedding and layers 0-%d", what,
+                     offload - 1);
     used += n > 0 ? (size_t)n : 0;
     if (used < cap)
         snprintf(buf + used, cap - used, "; micro-batch %d", micro);

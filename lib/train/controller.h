@@ -4,7 +4,8 @@
  * ladder one level (FFN activation, + attention core, attention core + FFN,
  * full); then, with full recompute, the optimizer's state of layers [0, k)
  * moves to host memory for k = 1..layers, then all of it (the offload
- * rungs); then the micro-batch halves (ceil) down to 1. The offload rungs
+ * rungs; with the gradients too where the optimizer's owner allows it);
+ * then the micro-batch halves (ceil) down to 1. The offload rungs
  * are always numbered (so a checkpoint's notch means the same whatever the
  * optimizer), but they move state only for an optimizer the controller
  * places (llmt_controller_place); for any other they equal full recompute
@@ -31,8 +32,12 @@ typedef struct llmt_controller {
     int64_t notch, base, max; /* current, lowest allowed, highest */
     /* Set by the first llmt_controller_place: the optimizer whose state the
      * offload rungs place, or NULL when they do not (sharded, or placed by
-     * its owner); attached says the decision is made. */
+     * its owner); the parts its offload rungs offload (LLMT_OFFLOAD_OPTIMIZER,
+     * or with LLMT_OFFLOAD_GRADS where the owner allowed it) and those of
+     * the rung without offload (the owner's: NONE, or OPTIMIZER | GRADS of
+     * no layer); attached says the decision is made. */
     llmt_optimizer *opt;
+    int32_t parts, rest_parts;
     int attached;
 } llmt_controller;
 
@@ -49,7 +54,8 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
 
 /* Device bytes notch k needs that depend on the notch: the activation
  * arena (activations + workspace), plus, for a placed optimizer, its state
- * left on the device. */
+ * left on the device (and the model's device gradients, when the rungs
+ * offload gradients). */
 int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes);
 
 /* Device bytes of the placed optimizer's state now (0 when the controller
@@ -62,7 +68,9 @@ uint64_t llmt_controller_placed_bytes(const llmt_controller *c);
 int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llmt_slicer *s);
 
 /* On the first call, decides whether the controller places opt: only an
- * unsharded optimizer that starts without offload. Then moves a placed
+ * unsharded optimizer that starts without offload (its rungs offload the
+ * state), or with LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS of 0 layers
+ * (the rungs offload state and gradients). Then moves a placed
  * optimizer's state to notch k's offload (nothing when it is there already);
  * when the new device segment would not fit beside the old one under
  * budget (0: none) with in_use bytes allocated, it moves through "all

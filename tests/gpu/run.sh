@@ -19,8 +19,9 @@
 #   model       test_cuda_model: gradients, training, determinism, recompute
 #               and slicing bit-identity, safetensors through pinned staging
 #   offload     test_cuda_model's test_offload_same_bits alone: optimizer
-#               state on the host (whole, a fraction, moved mid-run) gives
-#               the device optimizer's bits in all four precision modes
+#               state, alone or with the gradients, on the host (whole, a
+#               fraction, moved mid-run) gives the device optimizer's bits in
+#               all four precision modes
 #   nccl-world1 gpu_nccl_world1: an NCCL communicator of one rank, every
 #               collective on device buffers (tests/gpu/test_nccl_world1.c)
 #   memcheck    compute-sanitizer memcheck over the op tests (small shapes)

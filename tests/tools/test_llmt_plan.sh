@@ -9,7 +9,9 @@
 # ZeRO-1 run (checked against the sharding rule by hand), --rank R another;
 # --offload optimizer [--offload-layers K] moves AdamW's bytes to the host
 # column (checked by hand), and with --budget offloads the fewest layers that
-# fit after full recompute.
+# fit after full recompute; --offload optimizer+grads moves the gradients
+# below the split too, less the device bucket (checked by hand), and fits
+# with fewer layers; --offload grads alone is a usage error.
 # Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
 set -eu
 tool=$1
@@ -75,8 +77,14 @@ usage_error "--world 1e3" -- --preset small --world 1e3
 usage_error "--rank 2" "needs --world" -- --preset small --rank 2
 usage_error "--rank 8" "--world 8" -- --preset small --world 8 --rank 8
 usage_error "--rank -1" -- --preset small --world 8 --rank -1
-usage_error "--offload grads" "gradient offload is not built" -- --preset small --offload grads
+usage_error "--offload grads" "needs the optimizer" "optimizer+grads" -- \
+    --preset small --offload grads
 usage_error "--offload Optimizer" -- --preset small --offload Optimizer
+usage_error "--offload grads+optimizer" "optimizer+grads" -- \
+    --preset small --offload grads+optimizer
+usage_error "--offload optimizer+grads+" -- --preset small --offload optimizer+grads+
+usage_error "--offload-layers 3" "needs --offload optimizer or optimizer+grads" -- \
+    --preset small --offload-layers 3
 usage_error "--offload-layers 3" "needs --offload optimizer" -- --preset small --offload-layers 3
 usage_error "--offload-layers 3" "needs --offload optimizer" -- \
     --preset small --offload none --offload-layers 3
@@ -192,6 +200,35 @@ grep -q "the optimizer's state of the embedding and layers 0-3 offloaded" "$tmp/
 run --preset small --seq 256 --precision bf16_mixed --offload none
 [ "$(row bf16_mixed none)" = "$base" ] || fail "--offload none changed the plan"
 
+# --offload optimizer+grads: also the gradients [0, gs) leave the device for
+# the host, gs the prefix rounded down to 4096-element granules, except one
+# bucket's worth: the largest bucket (the embedding, a layer, or the tail of
+# final norm and LM head, in that order) starting below gs. bf16_mixed: 2
+# bytes a gradient.
+for k in all 4; do
+    if [ $k = all ]; then host=$params; else host=$((v * d + k * layer)); fi
+    run --preset small --seq 256 --precision bf16_mixed --offload optimizer+grads \
+        --offload-layers $k
+    [ "$status" = 0 ] || fail "optimizer+grads --offload-layers $k: exit $status: $(cat "$tmp/err")"
+    got=$(row bf16_mixed none)
+    want=$(echo "$base" | awk -v h="$host" -v p="$params" -v e=$((v * d)) -v l="$layer" \
+        -v n="$l" -v t=$((d + v * d)) '{ g = 1073741824
+        gs = int(h / 4096) * 4096
+        b = 0; s = 0
+        for (i = 0; i < n + 2; i++) {
+            size = i == 0 ? e : i <= n ? l : t
+            if (s < gs && size > b) b = size
+            s += size
+        }
+        printf "%.2f %.2f %.2f %.2f", 2 * (p - gs + b) / g, 12 * (p - h) / g,
+            $8 - (12 * h + 2 * (gs - b)) / g, (12 * h + 2 * gs) / g }')
+    have=$(echo "$got" | awk '{ print $4, $5, $8, $9 }')
+    echo "$want $have" | awk '{ d = $3 - $7; exit !($1 == $5 && $2 == $6 && $4 == $8 && d < 0.0101 && d > -0.0101) }' ||
+        fail "optimizer+grads --offload-layers $k: grads, optimizer, peak, host not $want: $got"
+done
+grep -q "the optimizer's state and gradients of the embedding and layers 0-3 offloaded" \
+    "$tmp/out" || fail "optimizer+grads --offload-layers 4: the header: $(head -n 1 "$tmp/out")"
+
 # --budget with --offload optimizer: LLaMA-7B in fp32 (tried first) needs
 # 8 bytes per parameter of AdamW state; with full recompute (the table's
 # peak) it fits 80 GiB once the embedding (32000 x 4096) and K layers of
@@ -204,6 +241,19 @@ want=$(echo "$full" | awk '{ g = 1073741824; e = 32000 * 4096; l = 202383360
     for (k = 1; $8 - 8 * (e + k * l) / g > 80; k++) {}
     printf "fp32, micro-batch 1 with recompute full, the optimizer'"'"'s state of the embedding " \
         "and layers 0-%d offloaded (host %.2f GiB) fits", k - 1, 8 * (e + k * l) / g }')
+grep -qF "budget 80.00 GiB: $want" "$tmp/out" || fail "not '$want': $(tail -n 2 "$tmp/out")"
+# With the gradients (4 bytes each in fp32) too: the prefix's gradients
+# beyond one layer's (the bucket) leave the device, so fewer layers do.
+run --preset llama-7b --budget 80GiB --offload optimizer+grads
+[ "$status" = 0 ] || fail "--offload optimizer+grads --budget 80GiB: exit $status: $(cat "$tmp/err")"
+want=$(echo "$full" | awk '{ g = 1073741824; e = 32000 * 4096; l = 202383360
+    for (k = 1; ; k++) {
+        h = e + k * l; gs = int(h / 4096) * 4096
+        if ($8 - (8 * h + 4 * (gs - l)) / g <= 80) break
+    }
+    printf "fp32, micro-batch 1 with recompute full, the optimizer'"'"'s state and gradients " \
+        "of the embedding and layers 0-%d offloaded (host %.2f GiB) fits", k - 1,
+        (8 * h + 4 * gs) / g }')
 grep -qF "budget 80.00 GiB: $want" "$tmp/out" || fail "not '$want': $(tail -n 2 "$tmp/out")"
 # A budget that recompute meets alone: no offload.
 run --preset small --seq 256 --precision bf16_mixed --budget 1GiB --offload optimizer
@@ -232,6 +282,16 @@ if [ "$cuda" = ON ]; then
         printf "%.2f", (12 * p + 2 * 2 * s) / 1073741824 }')
     [ "$(row bf16_mixed none | awk '{ print $9 }')" = "$want" ] ||
         fail "cuda --offload optimizer: host not $want: $(row bf16_mixed none)"
+    # With the gradients: the host also holds the gradients below the split
+    # (every parameter but the last partial granule's), and the device
+    # bucket is the tail (final norm and LM head), the largest bucket.
+    run --preset small --seq 256 --backend cuda --precision bf16_mixed --offload optimizer+grads
+    [ "$status" = 0 ] || fail "cuda --offload optimizer+grads: exit $status: $(cat "$tmp/err")"
+    want=$(awk -v p="$params" -v t=$((d + v * d)) 'BEGIN { s = p < 4194304 ? p : 4194304
+        gs = int(p / 4096) * 4096; g = 1073741824
+        printf "%.2f %.2f", 2 * (p - gs + t) / g, (12 * p + 2 * 2 * s + 2 * gs) / g }')
+    [ "$(row bf16_mixed none | awk '{ print $4, $9 }')" = "$want" ] ||
+        fail "cuda --offload optimizer+grads: grads, host not $want: $(row bf16_mixed none)"
 else
     [ "$status" = 1 ] || fail "--backend cuda without the plugin: exit $status, not 1"
     grep -q "has none (configure with -DLLMT_CUDA=ON)" "$tmp/err" ||

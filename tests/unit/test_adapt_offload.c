@@ -5,7 +5,11 @@
  * and the losses, weights and optimizer state are bitwise those of an
  * unconstrained run; when memory frees up the controller moves the state
  * back to the device, still bitwise; a run resumed at an offload notch
- * places the optimizer as the notch says and goes on bitwise. */
+ * places the optimizer as the notch says and goes on bitwise. With gradient
+ * offload allowed (the optimizer created with OPTIMIZER | GRADS of no
+ * layer) the offload rungs move the gradients too: a budget that only the
+ * gradients' offload makes fit keeps the micro-batch, every step completes
+ * once and the run is bitwise the unconstrained one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +21,7 @@
 #include "test_tensors.h"
 #include "util/fsutil.h"
 
-enum { B = 4, T = 16, VOCAB = 64, LAYERS = 2 };
+enum { B = 4, T = 16, LONG_T = 128, VOCAB = 64, LAYERS = 2 };
 
 static char root[64], shards[128];
 
@@ -27,7 +31,7 @@ static int setup(void **state)
     snprintf(root, sizeof root, "/tmp/llmt-adapt-offload-XXXXXX");
     if (!mkdtemp(root))
         return -1;
-    int32_t tokens[64 * T + 1];
+    int32_t tokens[64 * LONG_T + 1];
     uint32_t x = 7;
     for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++) {
         x = x * 1664525u + 1013904223u;
@@ -66,8 +70,10 @@ static void on_log(void *user, const char *line)
     snprintf(r->log + used, sizeof r->log - used, "%s\n", line);
 }
 
-/* store_dir: where the trainer saves (NULL: no store). */
-static void rig_open(rig *r, int precision, int relax_window, const char *store_dir)
+/* store_dir: where the trainer saves (NULL: no store); seq the sequence
+ * length; offload_parts the optimizer's at creation (of no layer). */
+static void rig_open_as(rig *r, int precision, int relax_window, const char *store_dir,
+                        int32_t seq, int32_t offload_parts)
 {
     memset(r, 0, sizeof *r);
     r->ctx = test_context(2, 5);
@@ -78,13 +84,15 @@ static void rig_open(rig *r, int precision, int relax_window, const char *store_
     mc.num_heads = 4;
     mc.num_kv_heads = 4;
     mc.ffn_size = 128;
-    mc.max_seq_len = T;
+    mc.max_seq_len = seq;
     mc.precision = precision;
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
     oc.lr = 1e-2;
+    oc.offload_parts = offload_parts;
+    oc.offload_layers = 0;
     llmt_loader_config lc = LLMT_LOADER_CONFIG_INIT;
     lc.batch_size = B;
-    lc.seq_len = T;
+    lc.seq_len = seq;
     lc.vocab_size = VOCAB;
     const char *paths[1] = {shards};
     assert_int_equal(llmt_model_create(&r->model, r->ctx, &mc), LLMT_OK);
@@ -106,12 +114,17 @@ static void rig_open(rig *r, int precision, int relax_window, const char *store_
     p.store = r->store;
     llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
     tc.batch_size = B;
-    tc.seq_len = T;
+    tc.seq_len = seq;
     tc.total_steps = 1000;
     tc.memory_threshold = 1.0;
     tc.relax_window = relax_window;
     assert_int_equal(llmt_trainer_create(&r->tr, &p, &tc), LLMT_OK);
     assert_int_equal(llmt_trainer_set_log(r->tr, on_log, r), LLMT_OK);
+}
+
+static void rig_open(rig *r, int precision, int relax_window, const char *store_dir)
+{
+    rig_open_as(r, precision, relax_window, store_dir, T, LLMT_OFFLOAD_NONE);
 }
 
 static void rig_close(rig *r)
@@ -133,17 +146,25 @@ static llmt_memory_stats stats(rig *r)
     return s;
 }
 
-/* The plan of the rig's model at micro-batch B with full recompute. */
-static llmt_plan plan_full(rig *r)
+/* The plan of the rig's model at micro-batch B with full recompute, with
+ * offload_parts of `layers` offloaded. */
+static llmt_plan plan_placed(rig *r, int32_t offload_parts, int32_t layers)
 {
     llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
     llmt_model_get_config(r->model, &pc.model);
     pc.micro_batch = B;
-    pc.seq_len = T;
+    pc.seq_len = pc.model.max_seq_len;
     pc.recompute = LLMT_RECOMPUTE_FULL;
+    pc.offload_parts = offload_parts;
+    pc.offload_layers = layers;
     llmt_plan p = LLMT_PLAN_INIT;
     assert_int_equal(llmt_plan_compute(r->ctx, &pc, &p), LLMT_OK);
     return p;
+}
+
+static llmt_plan plan_full(rig *r)
+{
+    return plan_placed(r, LLMT_OFFLOAD_NONE, 0);
 }
 
 /* One step, which must succeed, at the configured micro-batch. */
@@ -306,12 +327,95 @@ static void test_resume_at_an_offload_notch(void **state)
     rig_close(&tight);
 }
 
+/* A budget one byte under what full recompute needs with all of the
+ * optimizer's state offloaded: optimizer offload alone must halve the
+ * micro-batch, but with the gradients offloaded too the batch fits at B.
+ * Every step completes (one retry, the first) and the losses, weights,
+ * AdamW state and data position are bitwise the unconstrained run's. */
+static void test_grads_offload_instead_of_a_smaller_micro_batch(void **state)
+{
+    (void)state;
+    enum { STEPS = 4 };
+    const int32_t both = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    rig free_run, tight, alone;
+    rig_open_as(&free_run, LLMT_PRECISION_FP32, 1000, NULL, LONG_T, LLMT_OFFLOAD_NONE);
+    rig_open_as(&tight, LLMT_PRECISION_FP32, 1000, NULL, LONG_T, both);
+    rig_open_as(&alone, LLMT_PRECISION_FP32, 1000, NULL, LONG_T, LLMT_OFFLOAD_NONE);
+    /* The plans equal the measured peaks (test_plan_offload.c). */
+    llmt_plan full = plan_full(&tight);
+    llmt_plan opt_all = plan_placed(&tight, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS);
+    llmt_plan both_all = plan_placed(&tight, both, LLMT_OFFLOAD_ALL_LAYERS);
+    assert_true(both_all.peak < opt_all.peak); /* the gradients make room */
+    uint64_t budget = opt_all.peak - 1;
+    assert_true(budget >= stats(&tight).total_current);
+    assert_int_equal(stats(&alone).total_current, stats(&tight).total_current);
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    assert_int_equal(llmt_context_set_budget(alone.ctx, budget), LLMT_OK);
+    int retries = 0;
+    for (int i = 0; i < STEPS; i++) {
+        llmt_step_report a = step(&free_run), b = step(&tight);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        retries += b.retries;
+        assert_true(b.mem_peak <= budget);
+    }
+    assert_int_equal(retries, 1);
+    assert_contains(tight.log, "step 1: out of memory");
+    assert_contains(tight.log, "optimizer state and gradients offloaded: embedding and layers 0-");
+    int32_t parts = 0, layers = 0;
+    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, both);
+    assert_true(layers >= 1 || layers == LLMT_OFFLOAD_ALL_LAYERS);
+    llmt_memory_stats s = stats(&tight);
+    assert_true(s.current[LLMT_MEM_GRADS] < full.bytes[LLMT_MEM_GRADS]);
+    assert_true(s.current[LLMT_MEM_HOST_STATE] > 0);
+    assert_same_state(&free_run, &tight);
+    /* The optimizer's offload alone does not fit the batch: it halves. */
+    llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};
+    assert_int_equal(llmt_trainer_step(alone.tr, &rep), LLMT_OK);
+    assert_true(rep.micro_batch < B);
+    rig_close(&free_run);
+    rig_close(&tight);
+    rig_close(&alone);
+}
+
+/* A trainer whose optimizer may offload the gradients refuses an ordered
+ * slicer at creation (it cannot sum micro-batches into offloaded
+ * gradients), rather than at the first step that slices. */
+static void test_ordered_accumulation_refused_with_grads(void **state)
+{
+    (void)state;
+    rig r;
+    rig_open_as(&r, LLMT_PRECISION_FP32, 1000, NULL, T,
+                LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS);
+    llmt_trainer_free(r.tr);
+    r.tr = NULL;
+    assert_int_equal(llmt_slicer_set_accumulation(r.slicer, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
+    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
+    p.model = r.model;
+    p.optimizer = r.opt;
+    p.recompute = r.rc;
+    p.slicer = r.slicer;
+    p.loader = r.loader;
+    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
+    tc.batch_size = B;
+    tc.seq_len = T;
+    assert_int_equal(llmt_trainer_create(&r.tr, &p, &tc), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "ordered accumulation with gradient offload");
+    assert_null(r.tr);
+    /* Without gradient offload the same parts are accepted. */
+    assert_int_equal(llmt_optimizer_set_offload(r.opt, LLMT_OFFLOAD_OPTIMIZER, 0), LLMT_OK);
+    assert_int_equal(llmt_trainer_create(&r.tr, &p, &tc), LLMT_OK);
+    rig_close(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_instead_of_a_smaller_micro_batch),
         cmocka_unit_test(test_owner_placement_is_kept),
         cmocka_unit_test(test_resume_at_an_offload_notch),
+        cmocka_unit_test(test_grads_offload_instead_of_a_smaller_micro_batch),
+        cmocka_unit_test(test_ordered_accumulation_refused_with_grads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

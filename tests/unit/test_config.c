@@ -307,6 +307,54 @@ static void test_check_relations(void **state)
     assert_contains(llmt_error_last(), "schedule.total_steps");
 }
 
+/* optimizer.offload: its three values set llmt_offload_part bits (not an
+ * index), "grads" alone is refused naming optimizer+grads, the written
+ * YAML names the value, and gradient offload with ordered accumulation
+ * fails the relation check. */
+static void test_offload_key(void **state)
+{
+    (void)state;
+    llmt_train_config c;
+    llmt_train_config_init(&c);
+    static const struct {
+        const char *text;
+        int32_t parts;
+    } ok[] = {{"optimizer+grads", LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS},
+              {"optimizer", LLMT_OFFLOAD_OPTIMIZER},
+              {"none", LLMT_OFFLOAD_NONE}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        assert_int_equal(llmt_train_config_set(&c, "optimizer.offload", ok[i].text), LLMT_OK);
+        assert_int_equal(c.optimizer.offload_parts, ok[i].parts);
+    }
+    assert_int_equal(llmt_train_config_set(&c, "optimizer.offload", "grads"), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "optimizer.offload: 'grads' alone");
+    assert_contains(llmt_error_last(), "use optimizer+grads");
+    assert_int_equal(llmt_train_config_set(&c, "optimizer.offload", "grads+optimizer"),
+                     LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "'grads+optimizer' is not one of none, optimizer, "
+                    "optimizer+grads");
+    assert_int_equal(c.optimizer.offload_parts, LLMT_OFFLOAD_NONE); /* refusals change nothing */
+
+    const char *yaml = "optimizer:\n  offload: optimizer+grads\n  offload_layers: 0\n";
+    assert_int_equal(llmt_train_config_parse_yaml(&c, yaml, strlen(yaml), "grads"), LLMT_OK);
+    assert_int_equal(c.optimizer.offload_parts, LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS);
+    assert_int_equal(c.optimizer.offload_layers, 0);
+    char text[8192];
+    assert_int_equal(llmt_train_config_to_yaml(&c, text, sizeof text, NULL), LLMT_OK);
+    assert_contains(text, "  offload: optimizer+grads\n  offload_layers: 0\n");
+    llmt_train_config back;
+    llmt_train_config_init(&back);
+    assert_int_equal(llmt_train_config_parse_yaml(&back, text, strlen(text), "written"), LLMT_OK);
+    assert_memory_equal(&c, &back, sizeof c);
+
+    assert_int_equal(llmt_train_config_set(&c, "batch.accumulation", "ordered"), LLMT_OK);
+    assert_int_equal(llmt_train_config_check(&c), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "optimizer.offload = optimizer+grads with "
+                    "batch.accumulation = ordered");
+    assert_int_equal(llmt_train_config_set(&c, "optimizer.offload", "optimizer"), LLMT_OK);
+    assert_int_equal(llmt_train_config_check(&c), LLMT_OK);
+}
+
 static void test_write_and_read_back(void **state)
 {
     (void)state;
@@ -360,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_load_refuses_non_regular_files),
         cmocka_unit_test(test_set_key),
         cmocka_unit_test(test_check_relations),
+        cmocka_unit_test(test_offload_key),
         cmocka_unit_test(test_write_and_read_back),
         cmocka_unit_test(test_documented_example),
     };

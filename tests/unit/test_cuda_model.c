@@ -474,8 +474,9 @@ static float *offload_train(int precision, int32_t parts, int32_t layers, int32_
     return out;
 }
 
-/* In each precision mode, the optimizer state offloaded whole, for layer 0
- * only, or moved mid-run (none -> all, layer 1 -> none) gives the weights
+/* In each precision mode, the optimizer state (alone or with the gradients)
+ * offloaded whole, for layer 0 only, or moved mid-run (none -> all, layer 1
+ * -> none, gradients back to the device) gives the weights
  * and state of the device's optimizer bit for bit: the host runs the CPU
  * kernel, which the CUDA kernel matches (-fmad=false), stochastic rounding
  * included. */
@@ -485,15 +486,22 @@ static void test_offload_same_bits(void **state)
     need_cuda();
     const int precisions[4] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
                                LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
-    const int32_t runs[4][4] = {
+    const int32_t both = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    const int32_t runs[8][4] = {
         {LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
         {LLMT_OFFLOAD_OPTIMIZER, 1, LLMT_OFFLOAD_OPTIMIZER, 1},
         {LLMT_OFFLOAD_NONE, 0, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
-        {LLMT_OFFLOAD_OPTIMIZER, 1, LLMT_OFFLOAD_NONE, 0}};
+        {LLMT_OFFLOAD_OPTIMIZER, 1, LLMT_OFFLOAD_NONE, 0},
+        /* With the gradients: the norm of host gradients uploaded through
+         * the bucket, AdamW reading them in place. */
+        {both, LLMT_OFFLOAD_ALL_LAYERS, both, LLMT_OFFLOAD_ALL_LAYERS},
+        {both, 1, both, 1},
+        {LLMT_OFFLOAD_NONE, 0, both, LLMT_OFFLOAD_ALL_LAYERS},
+        {both, 1, LLMT_OFFLOAD_OPTIMIZER, 1}};
     for (int p = 0; p < 4; p++) {
         size_t n_ref = 0;
         float *ref = offload_train(precisions[p], LLMT_OFFLOAD_NONE, 0, LLMT_OFFLOAD_NONE, 0, &n_ref);
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 8; r++) {
             size_t n = 0;
             float *got = offload_train(precisions[p], runs[r][0], runs[r][1], runs[r][2],
                                        runs[r][3], &n);

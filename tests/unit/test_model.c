@@ -83,10 +83,14 @@ static void test_tensor_table(void **state)
     assert_int_equal(total, 37 * 16 + (2 * 16 + 16 * 32 + 16 * 16 + 3 * 16 * 24) + 16 + 37 * 16);
     assert_int_equal(llmt_model_num_params(m), total);
 
-    /* Memory: 4 bytes of weights and 4 of gradients per parameter. */
+    /* Memory: 4 bytes of weights per parameter, and 4 of gradients from
+     * their first use on (here zero_grads). */
     llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
     assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
     assert_int_equal(s.current[LLMT_MEM_PARAMS], 4 * total);
+    assert_int_equal(s.current[LLMT_MEM_GRADS], 0);
+    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+    assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
     assert_int_equal(s.current[LLMT_MEM_GRADS], 4 * total);
 
     /* Initialisation: norms 1, matrices N(0, 0.02^2). */
@@ -420,6 +424,7 @@ static void test_invalid_arguments(void **state)
     llmt_context *tight = NULL;
     assert_int_equal(llmt_context_create(&tight, &cc), LLMT_OK);
     assert_int_equal(llmt_model_create(&m, tight, &c), LLMT_OK);
+    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK); /* the gradients exist */
     llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
     llmt_context_memory_stats(tight, &s);
     assert_int_equal(llmt_context_set_budget(tight, s.total_current + 1000), LLMT_OK);

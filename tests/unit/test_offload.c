@@ -16,18 +16,32 @@
 #include "test_context.h"
 
 enum { B = 4, MICRO = 2, T = 16, VOCAB = 48, D = 32, LAYERS = 2, HEADS = 4, KV = 2, FFN = 64 };
-enum { STEPS = 20, MAX_CHANGES = 4 };
+enum { STEPS = 20, MAX_CHANGES = 6 };
+/* Optimizer state and gradients. */
+#define BOTH (LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS)
 
 static const int precisions[4] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
                                   LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
 
-/* Elements stored before layer 1's first parameter, from the configuration:
- * the embedding and layer 0 (two norms, q k v o, gate up down). */
-static int64_t prefix_of_layer1(void)
+/* Elements of one layer's parameters, from the configuration: two norms,
+ * q k v o, gate up down. */
+static int64_t layer_elems(void)
 {
     int64_t hd = D / HEADS;
-    return (int64_t)VOCAB * D + 2 * D + (int64_t)(HEADS + 2 * KV) * hd * D + (int64_t)D * HEADS * hd +
-           3 * (int64_t)FFN * D;
+    return 2 * D + (int64_t)(HEADS + 2 * KV) * hd * D + (int64_t)D * HEADS * hd + 3 * (int64_t)FFN * D;
+}
+
+/* Elements stored before layer 1's first parameter: the embedding and
+ * layer 0. */
+static int64_t prefix_of_layer1(void)
+{
+    return (int64_t)VOCAB * D + layer_elems();
+}
+
+/* Gradient offload's split: a prefix rounded down to the norm's granule. */
+static int64_t granule_floor(int64_t prefix)
+{
+    return prefix / 4096 * 4096;
 }
 
 /* Bytes of optimizer state per parameter: two moments and the master. */
@@ -198,21 +212,24 @@ static snapshot train(int precision, int32_t parts, int32_t layers, const placem
     return s;
 }
 
-/* Offload none, all, layers 1 of 2 and every layer (2) from creation:
- * bitwise the same after 20 steps in each precision mode; bf16_pure's
- * stochastic rounding draws the same bits on the host. */
+/* Offload none, all, layers 1 of 2 and every layer (2) from creation, of
+ * the optimizer's state alone and with the gradients (two micro-batches
+ * accumulate through the device bucket): bitwise the same after 20 steps in
+ * each precision mode; bf16_pure's stochastic rounding draws the same bits
+ * on the host. */
 static void test_placements_bitwise(void **state)
 {
     (void)state;
     const int32_t layers[3] = {LLMT_OFFLOAD_ALL_LAYERS, 1, LAYERS};
+    const int32_t parts[2] = {LLMT_OFFLOAD_OPTIMIZER, BOTH};
     for (decay_norms = 0; decay_norms <= 1; decay_norms++)
         for (int p = 0; p < 4; p++) {
             snapshot ref = train(precisions[p], LLMT_OFFLOAD_NONE, 0, NULL, 0);
-            for (int k = 0; k < 3; k++) {
-                snapshot got = train(precisions[p], LLMT_OFFLOAD_OPTIMIZER, layers[k], NULL, 0);
-                char what[96];
-                snprintf(what, sizeof what, "precision %d, offload layers %d, decay_norms %d",
-                         precisions[p], layers[k], decay_norms);
+            for (int k = 0; k < 6; k++) {
+                snapshot got = train(precisions[p], parts[k / 3], layers[k % 3], NULL, 0);
+                char what[112];
+                snprintf(what, sizeof what, "precision %d, offload %d of layers %d, decay_norms %d",
+                         precisions[p], parts[k / 3], layers[k % 3], decay_norms);
                 assert_same(&ref, &got, what);
                 drop(&got);
             }
@@ -221,16 +238,20 @@ static void test_placements_bitwise(void **state)
     decay_norms = 0;
 }
 
-/* none -> layers 1 -> all -> none during the run: the same bits as never moving. */
+/* none -> layers 1 -> all -> with gradients, layers 1 -> all -> optimizer
+ * only -> none during the run: the same bits as never moving. */
 static void test_migration_mid_run_bitwise(void **state)
 {
     (void)state;
-    const placement_change changes[3] = {{5, LLMT_OFFLOAD_OPTIMIZER, 1},
-                                         {10, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
-                                         {15, LLMT_OFFLOAD_NONE, 0}};
+    const placement_change changes[6] = {{3, LLMT_OFFLOAD_OPTIMIZER, 1},
+                                         {6, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
+                                         {9, BOTH, 1},
+                                         {12, BOTH, LLMT_OFFLOAD_ALL_LAYERS},
+                                         {15, LLMT_OFFLOAD_OPTIMIZER, 1},
+                                         {17, LLMT_OFFLOAD_NONE, 0}};
     for (int p = 0; p < 4; p++) {
         snapshot ref = train(precisions[p], LLMT_OFFLOAD_NONE, 0, NULL, 0);
-        snapshot got = train(precisions[p], LLMT_OFFLOAD_NONE, 0, changes, 3);
+        snapshot got = train(precisions[p], LLMT_OFFLOAD_NONE, 0, changes, 6);
         assert_same(&ref, &got, "moved mid-run");
         drop(&got);
         drop(&ref);
@@ -271,6 +292,28 @@ static void test_accounting(void **state)
             assert_int_equal(s.total_current, sum);
             assert_int_equal(s.total_peak, none.total_peak - moved);
         }
+        /* With the gradients: the offloaded prefix's gradients (up to its
+         * last whole granule) leave GRADS for HOST_STATE, and GRADS gains a
+         * bucket of the largest offloaded bucket: layer 0 here. */
+        size_t es = precisions[p] == LLMT_PRECISION_FP32 ? 4 : 2;
+        const int64_t grad_split[2] = {granule_floor(prefix_of_layer1()), granule_floor(n)};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(llmt_optimizer_set_offload(r.o, BOTH, layers[k]), LLMT_OK);
+            run_steps(&r, 1);
+            llmt_memory_stats s = stats_of(r.ctx);
+            uint64_t moved = (uint64_t)host_elems[k] * per;
+            assert_true(grad_split[k] > 0);
+            assert_int_equal(s.current[LLMT_MEM_HOST_STATE], moved + (uint64_t)grad_split[k] * es);
+            assert_int_equal(s.current[LLMT_MEM_GRADS],
+                             none.current[LLMT_MEM_GRADS] - (uint64_t)grad_split[k] * es +
+                                 (uint64_t)layer_elems() * es);
+            int32_t parts = -9, lay = -9;
+            assert_int_equal(llmt_optimizer_get_offload(r.o, &parts, &lay), LLMT_OK);
+            assert_int_equal(parts, BOTH);
+            assert_int_equal(lay, layers[k]);
+        }
+        assert_int_equal(llmt_optimizer_set_offload(r.o, LLMT_OFFLOAD_OPTIMIZER, 0), LLMT_OK);
+        assert_int_equal(stats_of(r.ctx).current[LLMT_MEM_GRADS], none.current[LLMT_MEM_GRADS]);
         int32_t parts = -9, lay = -9;
         assert_int_equal(llmt_optimizer_get_offload(r.o, &parts, &lay), LLMT_OK);
         assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
@@ -363,6 +406,21 @@ static void test_host_budget_refuses(void **state)
     assert_int_equal(s1.total_current, s0.total_current);
     snapshot after = take(&r);
     assert_same(&before, &after, "after the refused move");
+    /* Room for the gradients but not the state: the gradients, moved first,
+     * go back, and the state's refusal is the message. */
+    uint64_t grads_only = (uint64_t)granule_floor(prefix_of_layer1()) * 2; /* bf16 */
+    assert_int_equal(llmt_context_set_host_budget(r.ctx, grads_only), LLMT_OK);
+    assert_int_equal(llmt_optimizer_set_offload(r.o, BOTH, 1), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "offloaded AdamW");
+    assert_int_equal(llmt_optimizer_get_offload(r.o, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_NONE);
+    llmt_memory_stats s2 = stats_of(r.ctx);
+    assert_int_equal(s2.current[LLMT_MEM_HOST_STATE], 0);
+    assert_int_equal(s2.current[LLMT_MEM_GRADS], s0.current[LLMT_MEM_GRADS]);
+    assert_int_equal(r.m->grad_split, 0);
+    snapshot after2 = take(&r);
+    assert_same(&before, &after2, "after the refused move with the gradients");
+    drop(&after2);
     /* Exactly enough: the move goes through; then a budget below the use is refused. */
     assert_int_equal(llmt_context_set_host_budget(r.ctx, need), LLMT_OK);
     assert_int_equal(llmt_optimizer_set_offload(r.o, LLMT_OFFLOAD_OPTIMIZER, 1), LLMT_OK);
@@ -383,9 +441,9 @@ static void test_checkpoint_across_placements(void **state)
 {
     (void)state;
     const int32_t save_layers[3] = {LLMT_OFFLOAD_ALL_LAYERS, 0, 1};
-    const int32_t save_parts[3] = {LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_OPTIMIZER};
+    const int32_t save_parts[3] = {BOTH, LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_OPTIMIZER};
     const int32_t load_layers[3] = {0, LLMT_OFFLOAD_ALL_LAYERS, LLMT_OFFLOAD_ALL_LAYERS};
-    const int32_t load_parts[3] = {LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_NONE};
+    const int32_t load_parts[3] = {LLMT_OFFLOAD_NONE, BOTH, LLMT_OFFLOAD_NONE};
     for (int p = 0; p < 4; p++)
         for (int k = 0; k < 3; k++) {
             char dir[] = "/tmp/llmt-offload-XXXXXX";
@@ -486,11 +544,11 @@ static void test_bad_arguments(void **state)
                      LLMT_OK);
     assert_int_equal(llmt_optimizer_set_offload(NULL, LLMT_OFFLOAD_NONE, 0), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "opt is NULL");
-    const int32_t bad_parts[3] = {2, 3, -1};
+    const int32_t bad_parts[3] = {LLMT_OFFLOAD_GRADS, 4, -1};
     for (int i = 0; i < 3; i++) {
         assert_int_equal(llmt_optimizer_set_offload(r.o, bad_parts[i], 0), LLMT_EINVAL);
         assert_contains(llmt_error_last(), "parts");
-        assert_contains(llmt_error_last(), "gradient offload is not built");
+        assert_contains(llmt_error_last(), i ? "is not LLMT_OFFLOAD_NONE" : "needs LLMT_OFFLOAD_OPTIMIZER");
     }
     const int32_t bad_layers[3] = {-2, LAYERS + 1, INT32_MAX};
     for (int i = 0; i < 3; i++) {
@@ -521,9 +579,10 @@ static void test_bad_arguments(void **state)
     /* The configuration's fields are checked the same way. */
     llmt_optimizer *o = NULL;
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
-    oc.offload_parts = 2;
+    oc.offload_parts = LLMT_OFFLOAD_GRADS;
     assert_int_equal(llmt_optimizer_create(&o, r.m, &oc), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "offload_parts");
+    assert_contains(llmt_error_last(), "needs LLMT_OFFLOAD_OPTIMIZER");
     oc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     oc.offload_layers = LAYERS + 1;
     assert_int_equal(llmt_optimizer_create(&o, r.m, &oc), LLMT_EINVAL);

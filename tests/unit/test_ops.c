@@ -178,6 +178,25 @@ static void test_gemm_failure_cpu(void **state)
     check_attention_gemm_failure();
 }
 
+/* Per-block gradient statistics. The CPU sums each block in 16 fp32 lanes
+ * of 256 squares: within 256 u (u = 2^-24; 1.5e-5) of the double sum, plus
+ * the squares' own rounding. CUDA adds exact double squares in double: well
+ * within 1e-12. */
+static void test_grad_stats_blocks_cpu(void **state)
+{
+    (void)state;
+    check_grad_stats_blocks(&g_cpu, 2e-5);
+}
+
+static void test_grad_stats_blocks_cuda(void **state)
+{
+    (void)state;
+    if (!g_have_cuda)
+        cuda_unavailable(g_cuda_why);
+    check_grad_stats_blocks(&g_cuda, 1e-12);
+    check_grad_stats_blocks_args(&g_cuda);
+}
+
 /* The CUDA backend refuses what it does not handle, with a message. */
 static void test_unsupported_cuda(void **state)
 {
@@ -234,6 +253,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_add_cast_cpu),
         cmocka_unit_test(test_lm_head_ce_cpu),
         cmocka_unit_test(test_grad_stats_cpu),
+        cmocka_unit_test(test_grad_stats_blocks_cpu),
         cmocka_unit_test(test_adamw_cpu),
         cmocka_unit_test(test_adamw_cpu_bits),
         cmocka_unit_test(test_gemm_failure_cpu),
@@ -249,6 +269,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_add_cast_cuda),
         cmocka_unit_test(test_lm_head_ce_cuda),
         cmocka_unit_test(test_grad_stats_cuda),
+        cmocka_unit_test(test_grad_stats_blocks_cuda),
         cmocka_unit_test(test_adamw_cuda),
         cmocka_unit_test(test_adamw_stochastic_bits_cuda),
         cmocka_unit_test(test_unsupported_cuda),

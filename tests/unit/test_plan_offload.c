@@ -4,7 +4,11 @@
  * included; the offloaded bytes match a hand count of the parameters; a CUDA
  * plan adds the two staging buffers (where this build has the CUDA plugin;
  * no GPU is needed); llmt_plan_fit_offload climbs recompute,
- * then offload, then halves the micro-batch; bad offload fields are named. */
+ * then offload, then halves the micro-batch; bad offload fields are named.
+ * With gradient offload (OPTIMIZER | GRADS) the plan equals the measured
+ * peaks of a step after llmt_optimizer_set_offload, its bytes match the
+ * gradient split and bucket counted by hand, and the fit's rungs offload
+ * the gradients too. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -54,9 +58,42 @@ static uint64_t state_bytes(int precision)
     return precision == LLMT_PRECISION_FP32 ? 8 : 12;
 }
 
+/* Bytes of a weight (and gradient) in the storage dtype. */
+static uint64_t elem_bytes(int precision)
+{
+    return precision == LLMT_PRECISION_FP32 ? 4 : 2;
+}
+
+/* The gradient split of an offloaded prefix: rounded down to the 4096
+ * elements of a granule. */
+static int64_t grad_split(int64_t prefix_elems)
+{
+    return prefix_elems / 4096 * 4096;
+}
+
+/* The device bucket of gradient split gs, by hand: the largest bucket
+ * (embedding, a layer, the tail of final norm and LM head) that starts
+ * below gs, and on a backend whose memory the host cannot read at least
+ * min(gs, 2^20) elements for the norm's uploads. */
+static int64_t bucket_elems(int64_t gs, int host_memory)
+{
+    if (gs == 0)
+        return 0;
+    int64_t most = 0, start = 0;
+    const int64_t size[L + 2] = {EMBED, PER_LAYER, PER_LAYER, PER_LAYER, D + EMBED};
+    for (int b = 0; b < L + 2; b++) {
+        if (start < gs && size[b] > most)
+            most = size[b];
+        start += size[b];
+    }
+    int64_t stats = gs < (1 << 20) ? gs : (1 << 20);
+    return !host_memory && stats > most ? stats : most;
+}
+
 /* Two training steps with the optimizer created at (parts, layers): every
- * category's measured peak equals the plan, host_state included, and the
- * device totals leave host_state out. */
+ * category's measured peak since the context's creation equals the plan,
+ * host_state included (with gradient offload, the model's gradients are
+ * never all on the device), and the device totals leave host_state out. */
 static void check_measured(int precision, int32_t policy, int32_t micro, int32_t parts,
                            int32_t layers)
 {
@@ -70,7 +107,9 @@ static void check_measured(int precision, int32_t policy, int32_t micro, int32_t
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
     assert_int_equal(p.num_params, PARAMS);
     int64_t host = parts ? prefix(layers) : 0;
-    assert_int_equal(p.host_peak, (uint64_t)host * state_bytes(precision)); /* no staging */
+    int64_t gs = parts & LLMT_OFFLOAD_GRADS ? grad_split(host) : 0;
+    assert_int_equal(p.host_peak, (uint64_t)host * state_bytes(precision) +
+                                      (uint64_t)gs * elem_bytes(precision)); /* no staging */
     assert_int_equal(p.bytes[LLMT_MEM_OPTIMIZER],
                      (uint64_t)(PARAMS - host) * state_bytes(precision));
 
@@ -129,8 +168,161 @@ static void test_plan_equals_measured_with_offload(void **state)
         check_measured(precisions[p], LLMT_RECOMPUTE_NONE, 3, LLMT_OFFLOAD_NONE, 0);
         for (int k = 0; k < 4; k++)
             check_measured(precisions[p], k % 2 ? LLMT_RECOMPUTE_FULL : LLMT_RECOMPUTE_FFN_ACT,
-                           k % 2 ? 8 : 3, LLMT_OFFLOAD_OPTIMIZER, layers[(p + k) % 4]);
+                           k % 2 ? 8 : 3, k < 2 ? LLMT_OFFLOAD_OPTIMIZER
+                                              : LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS,
+                           layers[(p + k) % 4]);
     }
+}
+
+/* One step after llmt_optimizer_set_offload(OPTIMIZER | GRADS, layers) (the
+ * peaks reset after the move): every category's measured peak equals the
+ * plan, and the plan's gradient and host bytes are those counted by hand. */
+static void check_measured_grads(int precision, int32_t policy, int32_t micro, int32_t layers)
+{
+    const int32_t parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    llmt_context *ctx = test_context(2, 1);
+    llmt_plan_config pc = plan_config(precision);
+    pc.recompute = policy;
+    pc.micro_batch = micro;
+    pc.offload_parts = parts;
+    pc.offload_layers = layers;
+    llmt_plan p = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
+    const uint64_t e = elem_bytes(precision);
+    const int64_t gs = grad_split(prefix(layers)), bucket = bucket_elems(gs, 1);
+    assert_int_equal(p.bytes[LLMT_MEM_GRADS], (uint64_t)(PARAMS - gs + bucket) * e);
+    assert_int_equal(p.host_peak, (uint64_t)prefix(layers) * state_bytes(precision) +
+                                      (uint64_t)gs * e);
+    assert_int_equal(p.bytes[LLMT_MEM_HOST_STATE], p.host_peak);
+
+    llmt_model *m = NULL;
+    llmt_optimizer *o = NULL;
+    llmt_recompute *rc = NULL;
+    llmt_slicer *sl = NULL;
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    assert_int_equal(llmt_model_create(&m, ctx, &pc.model), LLMT_OK);
+    assert_int_equal(llmt_optimizer_create(&o, m, &oc), LLMT_OK);
+    assert_int_equal(llmt_recompute_create(&rc, m), LLMT_OK);
+    assert_int_equal(llmt_recompute_set_layers(rc, 0, -1, policy), LLMT_OK);
+    assert_int_equal(llmt_slicer_create(&sl, m, micro), LLMT_OK);
+    assert_int_equal(llmt_optimizer_set_offload(o, parts, layers), LLMT_OK);
+    assert_int_equal(llmt_context_reset_peak(ctx), LLMT_OK);
+    int32_t tokens[B * T], targets[B * T];
+    uint64_t seed = 11;
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (int32_t)(trand_u64(&seed) % V);
+        targets[i] = (int32_t)(trand_u64(&seed) % V);
+    }
+    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+    assert_int_equal(llmt_slicer_forward_backward(sl, tokens, targets, B, T, 1.0f, NULL), LLMT_OK);
+    assert_int_equal(llmt_optimizer_step(o, NULL, NULL), LLMT_OK);
+    llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
+    assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
+    for (int cat = 0; cat < LLMT_MEM_CATEGORY_COUNT; cat++)
+        if (s.peak[cat] != p.bytes[cat])
+            fail_msg("precision %d, %s, micro-batch %d, offload optimizer+grads of %d layers: "
+                     "%s planned %llu, measured peak %llu", precision,
+                     llmt_recompute_policy_name(policy), micro, layers,
+                     llmt_mem_category_name(cat), (unsigned long long)p.bytes[cat],
+                     (unsigned long long)s.peak[cat]);
+    assert_int_equal(s.total_peak, p.peak);
+    llmt_slicer_free(sl);
+    llmt_recompute_free(rc);
+    llmt_optimizer_free(o);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+}
+
+static void test_plan_equals_measured_with_grads_offload(void **state)
+{
+    (void)state;
+    const int precisions[4] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
+                               LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
+    /* Gradient splits 8192 (a layer straddles it), 20480, 24576 (the tail
+     * straddles it) and 0. */
+    const int32_t layers[4] = {1, L, LLMT_OFFLOAD_ALL_LAYERS, 0};
+    for (int p = 0; p < 4; p++)
+        for (int k = 0; k < 4; k++)
+            if ((p + k) % 2 == 0 || k == 2)
+                check_measured_grads(precisions[p], k % 2 ? LLMT_RECOMPUTE_FULL
+                                                          : LLMT_RECOMPUTE_NONE,
+                                     k % 2 ? 8 : 3, layers[k]);
+}
+
+/* Gradient offload adds to the optimizer's offload exactly the gradients
+ * below the split (less the bucket) on the device side and the split on
+ * the host side; an ordered slicer over several micro-batches is refused
+ * with it, as the slicer refuses it. */
+static void test_grads_offload_bytes(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(1, 1);
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_BF16_MIXED);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    pc.offload_layers = 2;
+    llmt_plan opt = LLMT_PLAN_INIT, both = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &opt), LLMT_OK);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &both), LLMT_OK);
+    const int64_t gs = 16384; /* the prefix, EMBED + 2 layers = 16800, in whole granules */
+    assert_int_equal(grad_split(prefix(2)), gs);
+    for (int cat = 0; cat < LLMT_MEM_CATEGORY_SLOTS; cat++)
+        if (cat != LLMT_MEM_GRADS && cat != LLMT_MEM_HOST_STATE)
+            assert_int_equal(both.bytes[cat], opt.bytes[cat]);
+    assert_int_equal(both.bytes[LLMT_MEM_GRADS],
+                     opt.bytes[LLMT_MEM_GRADS] - (uint64_t)(gs - PER_LAYER) * 2);
+    assert_int_equal(both.host_peak, opt.host_peak + (uint64_t)gs * 2);
+    assert_int_equal(both.peak, opt.peak - (uint64_t)(gs - PER_LAYER) * 2);
+    /* Ordered accumulation: one micro-batch is fine, several are refused. */
+    pc.ordered_accumulation = 1;
+    pc.batch_size = pc.micro_batch;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &both), LLMT_OK);
+    pc.batch_size = 2 * pc.micro_batch;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &both), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "cfg->ordered_accumulation = 1");
+    assert_contains(llmt_error_last(), "gradient offload is not built");
+    int32_t b, r, k;
+    pc.batch_size = pc.micro_batch = 2; /* the fit may halve it */
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, UINT64_MAX, &b, &r, &k), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "may split the batch");
+    assert_int_equal(llmt_plan_fit(ctx, &pc, UINT64_MAX, &b, &r), LLMT_EUNSUPPORTED);
+    pc.batch_size = pc.micro_batch = 1;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, UINT64_MAX, &b, &r, &k), LLMT_OK);
+    llmt_context_free(ctx);
+}
+
+/* The fit with gradient offload allowed: its offload rungs offload both,
+ * so a budget one byte under the optimizer-only rung of one layer fits at
+ * one layer, where optimizer offload alone needs more. */
+static void test_fit_offload_with_grads(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 3);
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_FP32);
+    pc.micro_batch = 8;
+    pc.seq_len = 16;
+    pc.recompute = LLMT_RECOMPUTE_FULL;
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    pc.offload_layers = 1;
+    llmt_plan one = LLMT_PLAN_INIT, one_g = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &one), LLMT_OK);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &one_g), LLMT_OK);
+    assert_int_equal(one_g.peak, one.peak - (uint64_t)(8192 - PER_LAYER) * 4);
+    int32_t b = 0, r = -1, k = -2;
+    pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS; /* not read by the fit */
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, one.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_int_equal(b, 8);
+    assert_int_equal(r, LLMT_RECOMPUTE_FULL);
+    assert_int_equal(k, 1);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, one.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_true(k > 1 || k == LLMT_OFFLOAD_ALL_LAYERS);
+    /* Nothing fits: the message names both offloaded. */
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1000, &b, &r, &k), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "the optimizer and gradients offloaded");
+    llmt_context_free(ctx);
 }
 
 /* Offload moves bytes from OPTIMIZER to HOST_STATE and changes nothing
@@ -189,6 +381,15 @@ static void test_cuda_staging(void **state)
     assert_int_equal(cpu.host_peak, host * 12);
     assert_int_equal(cuda.host_peak, host * 12 + 2 * host * 2);
     assert_int_equal(cuda.bytes[LLMT_MEM_OPTIMIZER], cpu.bytes[LLMT_MEM_OPTIMIZER]);
+    /* With the gradients (split 8192): the device bucket also holds the
+     * norm's uploads of min(split, 2^20) host gradients, so it is the split,
+     * not layer 0's 7744 gradients as on the CPU. */
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
+    assert_int_equal(bucket_elems(8192, 0), 8192);
+    assert_int_equal(cuda.bytes[LLMT_MEM_GRADS], (uint64_t)PARAMS * 2);
+    assert_int_equal(cuda.host_peak, host * 12 + 2 * host * 2 + 8192 * 2);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     /* LLaMA-7B, all offloaded: the staging is capped at 2^22 elements. */
     pc.model.vocab_size = 32000, pc.model.hidden_size = 4096, pc.model.num_layers = 32;
     pc.model.num_heads = pc.model.num_kv_heads = 32, pc.model.ffn_size = 11008;
@@ -340,10 +541,13 @@ static void test_invalid_offload_fields(void **state)
     llmt_context *ctx = test_context(1, 3);
     llmt_plan_config pc = plan_config(LLMT_PRECISION_FP32);
     llmt_plan p = LLMT_PLAN_INIT;
-    pc.offload_parts = 2;
+    pc.offload_parts = LLMT_OFFLOAD_GRADS;
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
-    assert_contains(llmt_error_last(), "cfg->offload_parts = 2");
-    assert_contains(llmt_error_last(), "gradient offload is not built");
+    assert_contains(llmt_error_last(), "cfg->offload_parts = LLMT_OFFLOAD_GRADS alone");
+    assert_contains(llmt_error_last(), "needs LLMT_OFFLOAD_OPTIMIZER");
+    pc.offload_parts = 4;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "cfg->offload_parts = 4");
     pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     pc.offload_layers = L + 1;
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
@@ -378,6 +582,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_equals_measured_with_offload),
         cmocka_unit_test(test_offload_moves_only_optimizer_bytes),
+        cmocka_unit_test(test_plan_equals_measured_with_grads_offload),
+        cmocka_unit_test(test_grads_offload_bytes),
+        cmocka_unit_test(test_fit_offload_with_grads),
         cmocka_unit_test(test_cuda_staging),
         cmocka_unit_test(test_fit_offload_ladder),
         cmocka_unit_test(test_invalid_offload_fields),

@@ -14,8 +14,29 @@ from .errors import InvalidArgument
 
 # llmt_reduce_mode, by name.
 REDUCE_MODES = ("deterministic", "fast")
-OFFLOAD_PARTS = ("none", "optimizer")  # llmt_offload_part
+# llmt_offload_part bits, and the names of the values they may take.
+OFFLOAD_NONE, OFFLOAD_OPTIMIZER, OFFLOAD_GRADS = 0, 1, 2
+OFFLOAD_PARTS = {"none": OFFLOAD_NONE, "optimizer": OFFLOAD_OPTIMIZER,
+                 "optimizer+grads": OFFLOAD_OPTIMIZER | OFFLOAD_GRADS}
 ALL_LAYERS = -1                       # LLMT_OFFLOAD_ALL_LAYERS
+
+
+def offload_parts(value, what):
+    """llmt_offload_part bits from a name of OFFLOAD_PARTS (case-insensitive)
+    or an int (checked by the library)."""
+    if isinstance(value, str):
+        bits = OFFLOAD_PARTS.get(value.lower())
+        if bits is None:
+            raise ValueError(f"{what}: {value!r} is not one of {', '.join(OFFLOAD_PARTS)}")
+        return bits
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"{what}: expected one of {', '.join(OFFLOAD_PARTS)}, got {value!r}")
+
+
+def offload_name(bits):
+    """The name of llmt_offload_part bits (a value the library accepts)."""
+    return next(name for name, b in OFFLOAD_PARTS.items() if b == bits)
 
 UpdateReport = namedtuple("UpdateReport", "step skipped grad_norm lr loss_scale")
 UpdateReport.__doc__ = "What one optimizer step did (llmt_update_report)."
@@ -75,7 +96,8 @@ class Optimizer(Handle):
     Keyword arguments are the fields of llmt_optimizer_config over its
     defaults: lr, beta1, beta2, eps, weight_decay, decay_norms, grad_clip,
     schedule ("constant", "cosine", "linear"), warmup_steps, total_steps,
-    min_lr, offload_parts ("none", "optimizer"), offload_layers (-1: all).
+    min_lr, offload_parts ("none", "optimizer", "optimizer+grads"),
+    offload_layers (-1: all).
     State kinds are "exp_avg", "exp_avg_sq", "master" (or 0..2).
 
     With ``comm`` (a Comm), a ZeRO-1 optimizer sharded over its ranks
@@ -92,7 +114,7 @@ class Optimizer(Handle):
         cfg = init_struct(S.llmt_optimizer_config, lib.llmt_optimizer_config_init)
         fill_struct(cfg, config, "Optimizer",
                     {"schedule": lambda v: enum(v, SCHEDULES, "schedule"), "decay_norms": int,
-                     "offload_parts": lambda v: enum(v, OFFLOAD_PARTS, "offload_parts")})
+                     "offload_parts": lambda v: offload_parts(v, "offload_parts")})
         out = ctypes.POINTER(S.llmt_optimizer)()
         if comm is None:
             if reduce is not None:
@@ -118,17 +140,17 @@ class Optimizer(Handle):
 
     def set_offload(self, parts, layers=ALL_LAYERS):
         """Moves the state of the flat prefix chosen by layers (-1: all; k:
-        the embedding and layers 0..k-1) to host memory ("optimizer") or all
-        of it to the device ("none"); results stay bitwise the same
-        (llmt_optimizer_set_offload)."""
-        lib.llmt_optimizer_set_offload(self._ptr, enum(parts, OFFLOAD_PARTS, "parts"), layers)
+        the embedding and layers 0..k-1) to host memory ("optimizer"), with
+        its gradients too ("optimizer+grads"), or all of it to the device
+        ("none"); results stay bitwise the same (llmt_optimizer_set_offload)."""
+        lib.llmt_optimizer_set_offload(self._ptr, offload_parts(parts, "parts"), layers)
 
     @property
     def offload(self):
         """(parts, layers) as set_offload took them; ("none", 0) without offload."""
         parts, layers = ctypes.c_int32(), ctypes.c_int32()
         lib.llmt_optimizer_get_offload(self._ptr, ctypes.byref(parts), ctypes.byref(layers))
-        return OFFLOAD_PARTS[parts.value], layers.value
+        return offload_name(parts.value), layers.value
 
     def get(self, param):
         """A setting by name ("lr", "beta1", ..., "min_lr") as a float."""

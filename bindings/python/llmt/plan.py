@@ -4,11 +4,11 @@ import ctypes
 from dataclasses import dataclass
 
 from . import _structs as S
-from ._convert import enum, fill_struct, init_struct, recompute_policy
+from ._convert import fill_struct, init_struct, recompute_policy
 from ._lib import lib
 from .context import category_dict
 from .model import model_config
-from .optim import OFFLOAD_PARTS
+from .optim import offload_parts
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ def _plan_config(model, layer_recompute, config):
     cfg.model = model_config(model)
     fill_struct(cfg, config, "plan", {"recompute": recompute_policy, "with_optimizer": int,
                                       "ordered_accumulation": int,
-                                      "offload_parts": lambda v: enum(v, OFFLOAD_PARTS,
-                                                                      "offload_parts")})
+                                      "offload_parts": lambda v: offload_parts(
+                                          v, "offload_parts")})
     keep = None
     if layer_recompute is not None:
         keep = (ctypes.c_int32 * len(layer_recompute))(
@@ -52,8 +52,9 @@ def plan(context, model=None, layer_recompute=None, **config):
     no communicator) and rank (-1: the rank with the largest peak), and for
     a slicer batch_size (the global batch; 0: micro_batch) and
     ordered_accumulation (counted without world_size only), and for the
-    optimizer's state in host memory offload_parts ("none" or "optimizer")
-    and offload_layers (-1: all; K: the embedding and layers 0..K-1).
+    optimizer's state in host memory offload_parts ("none", "optimizer" or
+    "optimizer+grads": its gradients too) and offload_layers (-1: all; K:
+    the embedding and layers 0..K-1).
     Returns a Plan.
     """
     cfg, _keep = _plan_config(model, layer_recompute, config)
@@ -78,9 +79,10 @@ def plan_fit(context, budget, model=None, layer_recompute=None, **config):
 
 def plan_fit_offload(context, budget, model=None, layer_recompute=None, **config):
     """plan_fit with the optimizer's offload on the ladder (offload_parts
-    "optimizer"): at each micro-batch recompute first, then full recompute
-    with the state of 1, 2, ... layers and then all of it in host memory,
-    before the micro-batch halves; ``budget`` counts device bytes. Returns
+    "optimizer", or "optimizer+grads" for the gradients too): at each
+    micro-batch recompute first, then full recompute with the state of 1,
+    2, ... layers and then all of it in host memory, before the micro-batch
+    halves; ``budget`` counts device bytes. Returns
     (micro_batch, recompute flags, offload layers: 0 none, -1 all)
     (llmt_plan_fit_offload)."""
     cfg, _keep = _plan_config(model, layer_recompute, config)

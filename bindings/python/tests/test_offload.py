@@ -66,3 +66,22 @@ def test_offload_refusals():
         with pytest.raises(llmt.OutOfMemory, match="host budget"):
             opt.set_offload("optimizer")
         assert opt.offload == ("none", 0)
+
+
+def test_grads_offload_bitwise_and_named():
+    """offload_parts="optimizer+grads" reaches the library as OPTIMIZER |
+    GRADS and comes back by name; the gradients below the split (the
+    parameters in whole 4096-element granules) are host memory too, and the
+    results stay bitwise."""
+    assert (llmt.optim.OFFLOAD_OPTIMIZER | llmt.optim.OFFLOAD_GRADS) == 3
+    ref, _, _ = train(3)
+    both, placement, stats = train(3, offload_parts="optimizer+grads")
+    assert placement == ("optimizer+grads", -1)
+    assert_same(ref, both)
+    n = sum(v.size for k, v in ref.items() if isinstance(k, str))
+    split = n // 4096 * 4096
+    # bf16_pure: two bf16 moments and a bf16 gradient per offloaded element.
+    assert stats["host_state"]["current"] == 4 * n + 2 * split
+    moved, placement, _ = train(3, moves=((1, "optimizer+grads", 1), (2, "optimizer", -1)))
+    assert placement == ("optimizer", -1)
+    assert_same(ref, moved)

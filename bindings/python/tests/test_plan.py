@@ -115,3 +115,26 @@ def test_plan_fit_offload_and_host_peak(ctx):
         llmt.plan(ctx, offload_parts="grads", **args)
     with pytest.raises(llmt.InvalidArgument, match="offload_parts"):
         llmt.plan(ctx, offload_parts=2, **args)
+
+
+def test_plan_with_grads_offload(ctx):
+    """offload_parts="optimizer+grads": the gradients below the split (the
+    prefix in whole 4096-element granules) leave the device for the host,
+    but for one bucket (the largest layer, embedding or tail starting below
+    the split); the fit's rungs offload both, so one layer fits a budget
+    that optimizer offload of one layer misses by a byte."""
+    args = dict(model=SMALL_MODEL, micro_batch=2, seq_len=32, recompute="full")
+    n = expected_params(**SMALL_MODEL, tied=False)
+    layer = (n - 2 * 260 * 64 - 64) // 2
+    split = n // 4096 * 4096
+    opt = llmt.plan(ctx, offload_parts="optimizer", **args)
+    both = llmt.plan(ctx, offload_parts="optimizer+grads", **args)
+    assert both.bytes["grads"] == 4 * (n - split + layer)
+    assert both.host_peak == opt.host_peak + 4 * split
+    one = llmt.plan(ctx, offload_parts="optimizer", offload_layers=1, **args)
+    micro, policy, layers = llmt.plan_fit_offload(ctx, one.peak - 1,
+                                                  offload_parts="optimizer+grads", **args)
+    assert (micro, layers) == (2, 1) and llmt.recompute_policy_name(policy) == "full"
+    with pytest.raises(llmt.Unsupported, match="ordered_accumulation"):
+        llmt.plan(ctx, offload_parts="optimizer+grads", batch_size=4, ordered_accumulation=1,
+                  **args)

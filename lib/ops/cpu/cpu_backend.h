@@ -95,7 +95,8 @@ size_t llmt_cpu_ce_scratch(const llmt_op_dims *dims);
 int llmt_cpu_grad_stats(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
                         double *sumsq, int64_t *nonfinite, void *scratch);
 int llmt_cpu_grad_stats_blocks(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
-                               int64_t block, double *partials, int64_t *nonfinite);
+                               int64_t block, double *partials, int64_t *nonfinite,
+                               void *scratch);
 int llmt_cpu_adamw(llmt_device *dev, const llmt_adamw_args *args);
 
 #endif

@@ -73,8 +73,10 @@ int llmt_cpu_grad_stats(llmt_device *dev, const void *g, int64_t n, int dt, floa
 }
 
 int llmt_cpu_grad_stats_blocks(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
-                               int64_t block, double *partials, int64_t *nonfinite)
+                               int64_t block, double *partials, int64_t *nonfinite,
+                               void *scratch)
 {
+    (void)scratch;
     void (*band)(const void *, int64_t, float, double *, int64_t *) = LLMT_PICK(stats_band, dt);
     const int64_t blocks = (n + block - 1) / block;
     int64_t count = 0;

@@ -102,6 +102,12 @@ extern const op_test gemm_test, gemm_model_test, embed_test, rms_test, rope_test
 void check_adamw_cpu_bits(void);
 /* BF16_PURE's stochastically rounded weights: CUDA equals the CPU bit for bit. */
 void check_stochastic_bits(void);
+/* grad_stats_blocks on b: each block's partial within tol (relative) of the
+ * double reference, the non-finite count exactly, and a buffer's partials
+ * equal bit for bit to those of two calls over its halves
+ * (tests/unit/test_ops/ops_grad_blocks.c); _args: refused arguments. */
+void check_grad_stats_blocks(backend *b, double tol);
+void check_grad_stats_blocks_args(backend *b);
 /* CPU ops whose oneDNN product fails return its status and message
  * (tests/unit/test_ops/ops_gemm_fault.c). */
 void check_ce_gemm_failure(void);

@@ -1,0 +1,254 @@
+/* Gradient placement: moving the gradients between placements, the device
+ * bucket through which backward writes the offloaded ones, and reading and
+ * writing them across the host and device segments. */
+#include <string.h>
+
+#include "core/error.h"
+#include "dist/shard.h"
+#include "model/grad_place.h"
+#include "model/transfer.h"
+
+static size_t grad_es(const llmt_model *m)
+{
+    return llmt_dtype_size(m->dt);
+}
+
+/* Bucket b's range [*s, *e) and the end *h of its host part (min(e, split)). */
+static void bucket_parts(const llmt_model *m, int32_t b, int64_t *s, int64_t *e, int64_t *h)
+{
+    llmt_grad_bucket_range(m, b, s, e);
+    *h = *e < m->grad_split ? *e : m->grad_split;
+}
+
+/* Moves bucket b, offloaded, into grad_bucket: its host part from host_grads
+ * (zeros where host_valid says it holds none), its device part [split, e)
+ * from the start of the device segment. */
+static int load(llmt_model *m, int32_t b)
+{
+    const size_t es = grad_es(m);
+    int64_t s, e, h;
+    bucket_parts(m, b, &s, &e, &h);
+    char *dst = m->grad_bucket.ptr;
+    if (m->host_valid[b])
+        LLMT_TRY(m->ops->copy_to_device(m->dev, dst,
+                                        (const char *)m->host_grads.ptr + (size_t)s * es,
+                                        (size_t)(h - s) * es));
+    else
+        LLMT_TRY(m->ops->mem_zero(m->dev, dst, (size_t)(h - s) * es));
+    if (e > h) /* the straddling bucket: its tail is the device segment's head */
+        LLMT_TRY(m->ops->copy_on_device(m->dev, dst + (size_t)(h - s) * es, m->grads.ptr,
+                                        (size_t)(e - h) * es));
+    return LLMT_OK;
+}
+
+int llmt_grads_acquire(llmt_model *m, int32_t bucket, char **base)
+{
+    LLMT_TRY(llmt_grads_ensure(m));
+    int64_t s, e;
+    llmt_grad_bucket_range(m, bucket, &s, &e);
+    if (s >= m->grad_split) { /* on the device: no copy */
+        *base = (char *)m->grads.ptr + (size_t)(s - m->grad_split) * grad_es(m);
+        return LLMT_OK;
+    }
+    if (m->loaded != bucket) {
+        LLMT_TRY(llmt_grads_flush(m));
+        LLMT_TRY(load(m, bucket));
+        m->loaded = bucket;
+    }
+    *base = m->grad_bucket.ptr;
+    return LLMT_OK;
+}
+
+int llmt_grads_at(llmt_model *m, int32_t bucket, int64_t off, void **at)
+{
+    char *base = NULL;
+    int64_t s, e;
+    LLMT_TRY(llmt_grads_acquire(m, bucket, &base));
+    llmt_grad_bucket_range(m, bucket, &s, &e);
+    *at = base + (size_t)(off - s) * grad_es(m);
+    return LLMT_OK;
+}
+
+int llmt_grads_flush(llmt_model *m)
+{
+    if (m->loaded < 0)
+        return LLMT_OK;
+    const size_t es = grad_es(m);
+    const int32_t b = m->loaded;
+    int64_t s, e, h;
+    bucket_parts(m, b, &s, &e, &h);
+    const char *src = m->grad_bucket.ptr;
+    /* On failure the bucket stays loaded, its values in grad_bucket. */
+    LLMT_TRY(m->ops->copy_to_host(m->dev, (char *)m->host_grads.ptr + (size_t)s * es, src,
+                                  (size_t)(h - s) * es));
+    m->host_valid[b] = 1;
+    if (e > h)
+        LLMT_TRY(m->ops->copy_on_device(m->dev, m->grads.ptr, src + (size_t)(h - s) * es,
+                                        (size_t)(e - h) * es));
+    m->loaded = -1;
+    return LLMT_OK;
+}
+
+int llmt_grads_settle(llmt_model *m)
+{
+    LLMT_TRY(llmt_grads_ensure(m));
+    LLMT_TRY(llmt_grads_flush(m));
+    const size_t es = grad_es(m);
+    for (int32_t b = 0; b < llmt_grad_bucket_count(m); b++) {
+        int64_t s, e, h;
+        bucket_parts(m, b, &s, &e, &h);
+        if (s >= m->grad_split || m->host_valid[b])
+            continue;
+        memset((char *)m->host_grads.ptr + (size_t)s * es, 0, (size_t)(h - s) * es);
+        m->host_valid[b] = 1;
+    }
+    return LLMT_OK;
+}
+
+int llmt_grads_zero(llmt_model *m)
+{
+    LLMT_TRY(llmt_grads_ensure(m));
+    /* The loaded bucket is dropped, not stored: its gradient is now zero. */
+    m->loaded = -1;
+    memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m));
+    return m->grads.bytes ? m->ops->mem_zero(m->dev, m->grads.ptr, m->grads.bytes) : LLMT_OK;
+}
+
+/* The buffers of one placement. */
+typedef struct grad_buffers {
+    llmt_buf dev, host, bucket;
+} grad_buffers;
+
+static void buffers_free(llmt_context *ctx, grad_buffers *g)
+{
+    llmt_buf_free(ctx, &g->dev);
+    llmt_buf_free(ctx, &g->host);
+    llmt_buf_free(ctx, &g->bucket);
+}
+
+/* Allocates the buffers of split into g (empty on entry); on failure some
+ * may be held (buffers_free releases them). */
+static int alloc_buffers(const llmt_model *m, int64_t split, grad_buffers *g)
+{
+    const size_t es = grad_es(m);
+    size_t bucket = (size_t)llmt_grad_bucket_elems(m, split, m->ops->host_memory) * es;
+    int rc = llmt_buf_alloc(m->ctx, &g->dev, LLMT_MEM_GRADS, (size_t)(m->num_params - split) * es,
+                            "model gradients");
+    if (!rc)
+        rc = llmt_buf_alloc(m->ctx, &g->host, LLMT_MEM_HOST_STATE, (size_t)split * es,
+                            "offloaded gradients");
+    if (!rc)
+        rc = llmt_buf_alloc(m->ctx, &g->bucket, LLMT_MEM_GRADS, bucket, "gradient bucket");
+    return rc;
+}
+
+/* Copies bytes between two buffers, each host (HOST_STATE) or device memory. */
+static int copy_any(const llmt_model *m, void *dst, int dst_host, const void *src, int src_host,
+                    size_t bytes)
+{
+    if (dst_host && src_host) {
+        memcpy(dst, src, bytes);
+        return LLMT_OK;
+    }
+    return dst_host   ? m->ops->copy_to_host(m->dev, dst, src, bytes)
+           : src_host ? m->ops->copy_to_device(m->dev, dst, src, bytes)
+                      : m->ops->copy_on_device(m->dev, dst, src, bytes);
+}
+
+/* Copies every gradient from the model's (settled) buffers to `to`, laid
+ * out for split. */
+static int copy_values(const llmt_model *m, const grad_buffers *to, int64_t split)
+{
+    const size_t es = grad_es(m);
+    const llmt_buf *from_buf[2] = {&m->host_grads, &m->grads}, *to_buf[2] = {&to->host, &to->dev};
+    const int64_t fs[3] = {0, m->grad_split, m->num_params}, ts[3] = {0, split, m->num_params};
+    for (int i = 0; i < 2; i++)     /* the old segment: host, device */
+        for (int j = 0; j < 2; j++) { /* the new one */
+            int64_t a = fs[i] > ts[j] ? fs[i] : ts[j];
+            int64_t b = fs[i + 1] < ts[j + 1] ? fs[i + 1] : ts[j + 1];
+            if (b > a)
+                LLMT_TRY(copy_any(m, (char *)to_buf[j]->ptr + (size_t)(a - ts[j]) * es, j == 0,
+                                  (const char *)from_buf[i]->ptr + (size_t)(a - fs[i]) * es,
+                                  i == 0, (size_t)(b - a) * es));
+        }
+    return LLMT_OK;
+}
+
+int llmt_grads_place(llmt_model *m, int64_t split)
+{
+    if (split < 0 || split > m->num_params || split % LLMT_SHARD_GRANULE)
+        return llmt_fail(LLMT_EINVAL,
+                         "gradient placement: split = %lld is not a multiple of %d in 0..%lld "
+                         "(the model's parameters)",
+                         (long long)split, LLMT_SHARD_GRANULE, (long long)m->num_params);
+    if (split == m->grad_split)
+        return LLMT_OK;
+    if (!m->grads_live) { /* allocated there at first use */
+        m->grad_split = split;
+        return LLMT_OK;
+    }
+    llmt_context *ctx = m->ctx;
+    grad_buffers next = {0};
+    int rc = alloc_buffers(m, split, &next);
+    /* Settling changes where values are held, never a value. */
+    if (!rc)
+        rc = llmt_grads_settle(m);
+    if (!rc)
+        rc = copy_values(m, &next, split);
+    if (!rc)
+        rc = m->ops->synchronize(m->dev);
+    grad_buffers old = {m->grads, m->host_grads, m->grad_bucket};
+    buffers_free(ctx, rc ? &next : &old);
+    if (rc)
+        return rc;
+    m->grads = next.dev;
+    m->host_grads = next.host;
+    m->grad_bucket = next.bucket;
+    m->grad_split = split;
+    /* Every value was copied: each offloaded bucket's host part holds it. */
+    memset(m->host_valid, 1, (size_t)llmt_grad_bucket_count(m));
+    m->loaded = -1;
+    return LLMT_OK;
+}
+
+int llmt_grads_ensure(llmt_model *m)
+{
+    if (m->grads_live)
+        return LLMT_OK;
+    grad_buffers g = {0};
+    int rc = alloc_buffers(m, m->grad_split, &g);
+    if (!rc && g.dev.bytes)
+        rc = m->ops->mem_zero(m->dev, g.dev.ptr, g.dev.bytes);
+    if (rc) {
+        buffers_free(m->ctx, &g);
+        return rc;
+    }
+    m->grads = g.dev;
+    m->host_grads = g.host;
+    m->grad_bucket = g.bucket;
+    memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m)); /* the host parts are zero */
+    m->loaded = -1;
+    m->grads_live = 1;
+    return LLMT_OK;
+}
+
+int llmt_grads_io(llmt_model *m, int64_t off, int64_t n, float *buf, int to_grads)
+{
+    LLMT_TRY(llmt_grads_settle(m));
+    const size_t es = grad_es(m);
+    int64_t h = off + n < m->grad_split ? off + n : m->grad_split; /* host part [off, h) */
+    if (h > off) {
+        char *at = (char *)m->host_grads.ptr + (size_t)off * es;
+        if (to_grads)
+            llmt_transfer_narrow(at, m->dt, buf, h - off);
+        else
+            llmt_transfer_widen(buf, at, m->dt, h - off);
+    }
+    int64_t d = h > off ? h : off; /* device part [d, off + n) */
+    if (off + n <= d)
+        return LLMT_OK;
+    return to_grads ? llmt_transfer_in(m, m->grads.ptr, m->dt, d - m->grad_split, buf + (d - off),
+                                       off + n - d)
+                    : llmt_transfer_out(m, m->grads.ptr, m->dt, d - m->grad_split,
+                                        buf + (d - off), off + n - d);
+}

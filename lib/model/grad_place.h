@@ -1,0 +1,82 @@
+/* Where the model's gradients live (gradient offload, issue 15): the
+ * elements [0, grad_split) in host memory, moved through one device bucket
+ * while backward writes them, the rest on the device. Shared by the model,
+ * the optimizer and the planner, so plan and placement agree. */
+#ifndef LLMT_MODEL_GRAD_PLACE_H
+#define LLMT_MODEL_GRAD_PLACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model_internal.h"
+
+/* Elements of host gradients uploaded at once for the norm on a backend
+ * whose memory the host cannot read (a multiple of LLMT_SHARD_GRANULE). */
+#define LLMT_GRAD_STATS_CHUNK ((int64_t)1 << 20)
+
+/* The gradient split for an offloaded prefix [0, prefix): prefix rounded
+ * down to a multiple of LLMT_SHARD_GRANULE, so that no granule of the
+ * gradient norm's partial sums is split between host and device. */
+int64_t llmt_grad_split(int64_t prefix);
+
+/* Buckets in flat order: 0 the embedding, 1 + l layer l, num_layers + 1 the
+ * tail (final norm, and the LM head when untied). */
+int32_t llmt_grad_bucket_count(const llmt_model *m);
+
+/* The element range [*start, *end) of bucket b. Needs only the parameter
+ * table (llmt_model_build_params). */
+void llmt_grad_bucket_range(const llmt_model *m, int32_t b, int64_t *start, int64_t *end);
+
+/* Elements of the device bucket for gradient split `split`: the largest
+ * bucket starting below split (whole, straddle included) and, where the
+ * host cannot read device memory, at least min(split, LLMT_GRAD_STATS_CHUNK)
+ * for the norm's uploads; 0 when split is 0. */
+int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memory);
+
+/* Placement (grad_buckets.c). Each returns a status with a message set.
+ * The gradients are allocated at their first use (llmt_grads_ensure), not
+ * with the model, so a placement chosen before it (an optimizer created
+ * with gradient offload) never holds every gradient on the device. */
+
+/* Allocates the gradients, zero, at the model's grad_split where they are
+ * not yet; the functions below that touch them call it. */
+int llmt_grads_ensure(llmt_model *m);
+
+/* Moves the gradients to split (0: all on the device; else a multiple of
+ * LLMT_SHARD_GRANULE up to num_params, LLMT_EINVAL otherwise): allocates the
+ * new buffers first, copies the settled values, frees the old ones. On
+ * failure (a budget refusing a buffer) nothing changes. Before the
+ * gradients are allocated it only records split. */
+int llmt_grads_place(llmt_model *m, int64_t split);
+
+/* *base = the device address of bucket b's first element (element off of
+ * the bucket at base + (off - start) * dtype size). A bucket on the device
+ * is addressed in grads, with no copy. An offloaded one is loaded into
+ * grad_bucket, after storing the bucket loaded before (if another): its host
+ * part uploaded from host_grads (or zeroed where host_valid says it holds
+ * none), its part at or past grad_split copied from the device segment. */
+int llmt_grads_acquire(llmt_model *m, int32_t bucket, char **base);
+
+/* *at = the device address of gradient element off, which lies in bucket b
+ * (llmt_grads_acquire of b). */
+int llmt_grads_at(llmt_model *m, int32_t bucket, int64_t off, void **at);
+
+/* Stores the loaded bucket (host part into host_grads, marking it valid;
+ * the straddling part back into the device segment); none is loaded after. */
+int llmt_grads_flush(llmt_model *m);
+
+/* Flushes, then zero-fills the host part of every offloaded bucket whose
+ * host_valid is 0: host_grads then holds exactly the gradients. */
+int llmt_grads_settle(llmt_model *m);
+
+/* Sets every gradient to zero: the device segment zeroed, every host part
+ * marked as holding none (no host memory is written), the loaded bucket
+ * dropped. */
+int llmt_grads_zero(llmt_model *m);
+
+/* Copies the n gradients from element off between the model and the fp32
+ * buffer buf (to_grads: buf -> gradients, rounded to nearest even), across
+ * both segments, after settling. */
+int llmt_grads_io(llmt_model *m, int64_t off, int64_t n, float *buf, int to_grads);
+
+#endif

@@ -1,0 +1,463 @@
+/* Gradient offload, the model side (issue 15, stage 2): with the gradients
+ * of a prefix placed in host memory (llmt_grads_place) and written through
+ * one device bucket, backward gives bitwise the gradients of a model without
+ * offload, in every precision, tied or not; the accounting holds exactly the
+ * two segments and the bucket; zeroing, reading and writing work across the
+ * split; placements move values and refusals change nothing; the ordered
+ * slicer refuses. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+
+#include "core/half.h"
+#include "llmt/llmt.h"
+#include "model/grad_place.h"
+#include "model/model_internal.h"
+#include "optim/offload.h"
+#include "test_batch.h"
+#include "test_context.h"
+
+/* Dimensions that put several granules (4096 elements) in each bucket. */
+enum { VOCAB = 256, D = 64, LAYERS = 3, HEADS = 4, KV = 2, FFN = 128, T = 8 };
+/* Global batch of three micro-batches. */
+enum { B = 3, MICRO = 1 };
+enum { GRANULE = 4096 };
+
+static const int precisions[4] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
+                                  LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
+/* Offloaded prefixes (optimizer offload's `layers`): the embedding and layer
+ * 0, and layer 1; everything. */
+static const int32_t prefixes[3] = {1, 2, LLMT_OFFLOAD_ALL_LAYERS};
+
+static llmt_model_config model_config(int precision, int tied)
+{
+    llmt_model_config c = LLMT_MODEL_CONFIG_INIT;
+    c.vocab_size = VOCAB;
+    c.hidden_size = D;
+    c.num_layers = LAYERS;
+    c.num_heads = HEADS;
+    c.num_kv_heads = KV;
+    c.ffn_size = FFN;
+    c.max_seq_len = T;
+    c.precision = precision;
+    c.tie_embeddings = tied;
+    return c;
+}
+
+/* Bytes of an element of the gradients in a precision. */
+static size_t elem_size(int precision)
+{
+    return precision == LLMT_PRECISION_FP32 ? 4 : 2;
+}
+
+/* The bucket sizes from the configuration alone: the embedding, one
+ * layer (two norms, q k v o, gate up down), the tail (final norm and the
+ * LM head when untied). */
+static int64_t embed_elems(void)
+{
+    return (int64_t)VOCAB * D;
+}
+
+static int64_t layer_elems(void)
+{
+    int64_t hd = D / HEADS;
+    return 2 * D + (int64_t)(HEADS + 2 * KV) * hd * D + (int64_t)D * HEADS * hd +
+           3 * (int64_t)FFN * D;
+}
+
+static int64_t tail_elems(int tied)
+{
+    return D + (tied ? 0 : embed_elems());
+}
+
+static int64_t total_elems(int tied)
+{
+    return embed_elems() + LAYERS * layer_elems() + tail_elems(tied);
+}
+
+/* The largest bucket starting below split (the CPU reads host memory, so
+ * no norm chunk enters). */
+static int64_t expected_bucket(int tied, int64_t split)
+{
+    int64_t most = 0, start = 0;
+    for (int b = 0; b < LAYERS + 2; b++) {
+        int64_t n = b == 0 ? embed_elems() : b <= LAYERS ? layer_elems() : tail_elems(tied);
+        if (start < split && n > most)
+            most = n;
+        start += n;
+    }
+    return most;
+}
+
+static llmt_model *model_new(llmt_context *ctx, int precision, int tied)
+{
+    llmt_model_config c = model_config(precision, tied);
+    llmt_model *m = NULL;
+    assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    assert_int_equal(llmt_model_num_params(m), total_elems(tied));
+    return m;
+}
+
+/* The gradient split of optimizer offload's prefix `layers`. */
+static int64_t split_of(const llmt_model *m, int32_t layers)
+{
+    int64_t p = llmt_offload_prefix(m, LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS, layers);
+    return p / GRANULE * GRANULE;
+}
+
+/* Every gradient tensor in parameter order, as fp32 (malloc'ed). */
+static float *all_grads(const llmt_model *m)
+{
+    float *g = malloc((size_t)llmt_model_num_params(m) * sizeof *g), *at = g;
+    assert_non_null(g);
+    for (int32_t t = 0; t < llmt_model_num_tensors(m); t++) {
+        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
+        assert_int_equal(llmt_model_tensor_info(m, t, &info), LLMT_OK);
+        assert_int_equal(llmt_model_get_grad(m, info.name, at, (size_t)info.numel), LLMT_OK);
+        at += info.numel;
+    }
+    return g;
+}
+
+/* Fails unless a and b hold the same gradient bits, naming the first tensor
+ * that differs. */
+static void assert_same_grads(const llmt_model *a, const llmt_model *b, const char *what)
+{
+    float *ga = all_grads(a), *gb = all_grads(b);
+    int64_t at = 0;
+    for (int32_t t = 0; t < llmt_model_num_tensors(a); t++) {
+        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
+        assert_int_equal(llmt_model_tensor_info(a, t, &info), LLMT_OK);
+        if (memcmp(ga + at, gb + at, (size_t)info.numel * sizeof *ga))
+            fail_msg("%s: the gradient of %s differs", what, info.name);
+        at += info.numel;
+    }
+    free(ga);
+    free(gb);
+}
+
+/* Fails unless every gradient of m is zero (want_zero) or each tensor has a
+ * nonzero one. */
+static void assert_grads_zero(const llmt_model *m, int want_zero, const char *what)
+{
+    float *g = all_grads(m);
+    int64_t at = 0;
+    for (int32_t t = 0; t < llmt_model_num_tensors(m); t++) {
+        llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
+        assert_int_equal(llmt_model_tensor_info(m, t, &info), LLMT_OK);
+        int64_t nonzero = 0;
+        for (int64_t i = 0; i < info.numel; i++)
+            nonzero += g[at + i] != 0.0f;
+        if (want_zero ? nonzero != 0 : nonzero == 0)
+            fail_msg("%s: %s has %lld nonzero gradients", what, info.name, (long long)nonzero);
+        at += info.numel;
+    }
+    free(g);
+}
+
+static llmt_memory_stats stats_of(const llmt_context *ctx)
+{
+    llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
+    assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
+    return s;
+}
+
+/* GRADS and HOST_STATE of a context holding only model m placed at split. */
+static void assert_accounting(const llmt_context *ctx, int precision, int tied, int64_t split)
+{
+    llmt_memory_stats s = stats_of(ctx);
+    uint64_t es = elem_size(precision);
+    assert_int_equal(s.current[LLMT_MEM_GRADS],
+                     (uint64_t)(total_elems(tied) - split) * es +
+                         (uint64_t)expected_bucket(tied, split) * es);
+    assert_int_equal(s.current[LLMT_MEM_HOST_STATE], (uint64_t)split * es);
+}
+
+/* One global batch of step `step` through slicer sl (in place). */
+static void slice_batch(llmt_slicer *sl, int step)
+{
+    int32_t tokens[B * T], targets[B * T];
+    test_learnable_batch(step, B, T, VOCAB, tokens, targets);
+    double loss = 0.0;
+    assert_int_equal(llmt_slicer_forward_backward(sl, tokens, targets, B, T, 1.0, &loss), LLMT_OK);
+}
+
+/* For each precision, tied and untied, and each prefix: a model whose
+ * gradients are offloaded gets bitwise the gradients of one that keeps them
+ * on the device, on top of the placement's values, after zeroing, and
+ * accumulated over two global batches; the accounting is exact. */
+static void test_offloaded_backward_is_bitwise(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 4; p++)
+        for (int tied = 0; tied < 2; tied++)
+            for (int k = 0; k < 3; k++) {
+                llmt_context *ref_ctx = test_context(2, 7), *ctx = test_context(2, 7);
+                llmt_model *ref = model_new(ref_ctx, precisions[p], tied);
+                llmt_model *m = model_new(ctx, precisions[p], tied);
+                int64_t split = split_of(m, prefixes[k]);
+                assert_true(split >= GRANULE && split < total_elems(tied));
+                assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
+                assert_int_equal(m->grad_split, split);
+                /* Allocated at their first use, where placed: none yet. */
+                assert_int_equal(stats_of(ctx).current[LLMT_MEM_GRADS], 0);
+                assert_int_equal(stats_of(ctx).current[LLMT_MEM_HOST_STATE], 0);
+                llmt_slicer *rs = NULL, *s = NULL;
+                assert_int_equal(llmt_slicer_create(&rs, ref, MICRO), LLMT_OK);
+                assert_int_equal(llmt_slicer_create(&s, m, MICRO), LLMT_OK);
+                char what[96];
+                snprintf(what, sizeof what, "precision %d, tied %d, layers %d", precisions[p],
+                         tied, prefixes[k]);
+                /* Onto the placed (zero) values, then zeroed, then twice. */
+                for (int round = 0; round < 3; round++) {
+                    if (round == 1) {
+                        assert_int_equal(llmt_model_zero_grads(ref), LLMT_OK);
+                        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+                    }
+                    slice_batch(rs, round);
+                    slice_batch(s, round);
+                    assert_int_equal(m->loaded, -1); /* no bucket held between calls */
+                    assert_same_grads(ref, m, what);
+                }
+                assert_grads_zero(m, 0, what);
+                assert_accounting(ctx, precisions[p], tied, split);
+                llmt_slicer_free(rs);
+                llmt_slicer_free(s);
+                llmt_model_free(ref);
+                llmt_model_free(m);
+                llmt_context_free(ref_ctx);
+                llmt_context_free(ctx);
+            }
+}
+
+/* Adds the gradients of global batch `step` to m's (in place). */
+static void train_once(llmt_model *m, int step)
+{
+    llmt_slicer *s = NULL;
+    assert_int_equal(llmt_slicer_create(&s, m, MICRO), LLMT_OK);
+    slice_batch(s, step);
+    llmt_slicer_free(s);
+}
+
+/* A model of precision p at the split of prefix layers, with a global
+ * batch's gradients in it. */
+static llmt_model *trained_model(llmt_context *ctx, int precision, int tied, int32_t layers)
+{
+    llmt_model *m = model_new(ctx, precision, tied);
+    assert_int_equal(llmt_grads_place(m, split_of(m, layers)), LLMT_OK);
+    train_once(m, 3);
+    return m;
+}
+
+/* Zeroing reaches the host segment too: the stale host bytes never show,
+ * neither through get_grad nor after a move to another placement. */
+static void test_zero_grads_across_the_split(void **state)
+{
+    (void)state;
+    for (int tied = 0; tied < 2; tied++) {
+        llmt_context *ctx = test_context(2, 3);
+        llmt_model *m = trained_model(ctx, LLMT_PRECISION_BF16_MIXED, tied, 2);
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_grads_zero(m, 1, "zeroed");
+        train_once(m, 4);
+        assert_grads_zero(m, 0, "trained");
+        /* Zeroed, then moved while no host part holds a value. */
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_int_equal(llmt_grads_place(m, split_of(m, 1)), LLMT_OK);
+        assert_grads_zero(m, 1, "zeroed, then moved");
+        llmt_model_free(m);
+        llmt_context_free(ctx);
+    }
+}
+
+/* The value written at flat element i: exact in every dtype. */
+static float pattern(int64_t i)
+{
+    return (float)(i % 97 - 48) / 16.0f;
+}
+
+/* The bytes of value v in a precision's gradient dtype, decoded by hand:
+ * fp32 itself, bf16 its upper half (exact values), f16 through the half
+ * conversion. */
+static void encode(int precision, float v, unsigned char *out)
+{
+    if (precision == LLMT_PRECISION_FP32) {
+        memcpy(out, &v, 4);
+        return;
+    }
+    uint16_t h;
+    if (precision == LLMT_PRECISION_FP16_MIXED) {
+        h = llmt_f32_to_f16(v);
+    } else {
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        h = (uint16_t)(bits >> 16);
+    }
+    memcpy(out, &h, 2);
+}
+
+/* set_grad writes each tensor across the split, the offloaded elements at
+ * their flat index in host memory (what the optimizer reads), the others in
+ * the device segment; get_grad reads the same values back. */
+static void test_set_get_across_the_split(void **state)
+{
+    (void)state;
+    for (int p = 0; p < 4; p++) {
+        llmt_context *ctx = test_context(2, 5);
+        llmt_model *m = trained_model(ctx, precisions[p], 0, 1);
+        const int64_t n = llmt_model_num_params(m), split = m->grad_split;
+        float *in = malloc((size_t)n * sizeof *in);
+        assert_non_null(in);
+        for (int64_t i = 0; i < n; i++)
+            in[i] = pattern(i);
+        int64_t at = 0;
+        for (int32_t t = 0; t < llmt_model_num_tensors(m); t++) {
+            llmt_tensor_info info = LLMT_TENSOR_INFO_INIT;
+            assert_int_equal(llmt_model_tensor_info(m, t, &info), LLMT_OK);
+            assert_int_equal(llmt_model_set_grad(m, info.name, in + at, (size_t)info.numel),
+                             LLMT_OK);
+            at += info.numel;
+        }
+        size_t es = elem_size(precisions[p]);
+        for (int64_t i = 0; i < n; i++) {
+            unsigned char want[4];
+            encode(precisions[p], in[i], want);
+            const unsigned char *got =
+                i < split ? (const unsigned char *)m->host_grads.ptr + (size_t)i * es
+                          : (const unsigned char *)m->grads.ptr + (size_t)(i - split) * es;
+            if (memcmp(got, want, es))
+                fail_msg("precision %d: element %lld (split %lld) holds the wrong bytes",
+                         precisions[p], (long long)i, (long long)split);
+        }
+        float *out = all_grads(m);
+        assert_memory_equal(out, in, (size_t)n * sizeof *in);
+        free(out);
+        free(in);
+        llmt_model_free(m);
+        llmt_context_free(ctx);
+    }
+}
+
+/* Moving the gradients between placements and back keeps every value, and
+ * the accounting returns to the model's own. */
+static void test_place_and_back_keeps_values(void **state)
+{
+    (void)state;
+    for (int tied = 0; tied < 2; tied++) {
+        llmt_context *ctx = test_context(2, 9);
+        llmt_model *m = trained_model(ctx, LLMT_PRECISION_FP16_MIXED, tied, 0);
+        assert_int_equal(m->grad_split, 0);
+        llmt_memory_stats before = stats_of(ctx);
+        float *g0 = all_grads(m);
+        const int32_t moves[4] = {1, LLMT_OFFLOAD_ALL_LAYERS, 2, 0};
+        for (int i = 0; i < 4; i++) {
+            int64_t split = split_of(m, moves[i]);
+            assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
+            assert_accounting(ctx, LLMT_PRECISION_FP16_MIXED, tied, split);
+            float *g = all_grads(m);
+            if (memcmp(g, g0, (size_t)llmt_model_num_params(m) * sizeof *g))
+                fail_msg("tied %d: the gradients changed moving to layers %d", tied, moves[i]);
+            free(g);
+        }
+        llmt_memory_stats after = stats_of(ctx);
+        assert_memory_equal(after.current, before.current, sizeof before.current);
+        free(g0);
+        llmt_model_free(m);
+        llmt_context_free(ctx);
+    }
+}
+
+/* A move refused by the host budget, the device budget or a bad split
+ * changes nothing: placement, accounting, values; backward then still
+ * gives the reference's gradients. */
+static void test_refused_place_changes_nothing(void **state)
+{
+    (void)state;
+    llmt_context *ref_ctx = test_context(2, 11), *ctx = test_context(2, 11);
+    llmt_model *ref = trained_model(ref_ctx, LLMT_PRECISION_BF16_PURE, 0, 0);
+    llmt_model *m = trained_model(ctx, LLMT_PRECISION_BF16_PURE, 0, 1);
+    const int64_t split = m->grad_split, larger = split_of(m, 2);
+    assert_true(larger > split);
+    llmt_memory_stats before = stats_of(ctx);
+    float *g0 = all_grads(m);
+
+    /* HOST_STATE cannot hold the larger host segment. */
+    assert_int_equal(llmt_context_set_host_budget(ctx, before.current[LLMT_MEM_HOST_STATE] +
+                                                           (uint64_t)(larger - split)),
+                     LLMT_OK);
+    assert_int_equal(llmt_grads_place(m, larger), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "offloaded gradients");
+    assert_int_equal(llmt_context_set_host_budget(ctx, 0), LLMT_OK);
+    /* The device cannot hold the new device segment beside the old one. */
+    assert_int_equal(llmt_context_set_budget(ctx, before.total_current + 1), LLMT_OK);
+    assert_int_equal(llmt_grads_place(m, 0), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "model gradients");
+    assert_int_equal(llmt_context_set_budget(ctx, 0), LLMT_OK);
+    /* Not a granule multiple; past the end. */
+    assert_int_equal(llmt_grads_place(m, split + 1), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "split");
+    assert_int_equal(llmt_grads_place(m, (llmt_model_num_params(m) / GRANULE + 1) * GRANULE),
+                     LLMT_EINVAL);
+
+    assert_int_equal(m->grad_split, split);
+    llmt_memory_stats after = stats_of(ctx);
+    assert_memory_equal(after.current, before.current, sizeof before.current);
+    float *g = all_grads(m);
+    assert_memory_equal(g, g0, (size_t)llmt_model_num_params(m) * sizeof *g);
+    free(g);
+    free(g0);
+    assert_same_grads(ref, m, "after the refusals");
+    llmt_model_free(ref);
+    llmt_model_free(m);
+    llmt_context_free(ref_ctx);
+    llmt_context_free(ctx);
+}
+
+/* The ordered slicer needs every gradient on the device: with several
+ * micro-batches and offloaded gradients it refuses, touching nothing; one
+ * micro-batch, or the gradients back on the device, run. */
+static void test_ordered_slicer_refuses_offload(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 13);
+    llmt_model *m = trained_model(ctx, LLMT_PRECISION_FP32, 1, 1);
+    llmt_slicer *s = NULL;
+    assert_int_equal(llmt_slicer_create(&s, m, MICRO), LLMT_OK);
+    assert_int_equal(llmt_slicer_set_accumulation(s, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
+    float *g0 = all_grads(m);
+    int32_t tokens[B * T], targets[B * T];
+    test_learnable_batch(4, B, T, VOCAB, tokens, targets);
+    llmt_memory_stats before = stats_of(ctx);
+    assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, B, T, 1.0, NULL),
+                     LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "ordered accumulation");
+    assert_contains(llmt_error_last(), "gradient offload");
+    llmt_memory_stats after = stats_of(ctx);
+    assert_memory_equal(after.current, before.current, sizeof before.current);
+    float *g = all_grads(m);
+    assert_memory_equal(g, g0, (size_t)llmt_model_num_params(m) * sizeof *g);
+    free(g);
+    /* One micro-batch: nothing to order. */
+    assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, MICRO, T, 1.0, NULL),
+                     LLMT_OK);
+    assert_int_equal(llmt_grads_place(m, 0), LLMT_OK);
+    assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, B, T, 1.0, NULL), LLMT_OK);
+    free(g0);
+    llmt_slicer_free(s);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_offloaded_backward_is_bitwise),
+        cmocka_unit_test(test_zero_grads_across_the_split),
+        cmocka_unit_test(test_set_get_across_the_split),
+        cmocka_unit_test(test_place_and_back_keeps_values),
+        cmocka_unit_test(test_refused_place_changes_nothing),
+        cmocka_unit_test(test_ordered_slicer_refuses_offload),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
