@@ -13,6 +13,16 @@ static size_t grad_es(const llmt_model *m)
     return llmt_dtype_size(m->dt);
 }
 
+/* Where bucket b starting at element s begins in grad_bucket: at the byte
+ * offset that gives it the alignment (mod LLMT_GRAD_BUCKET_ALIGN) it has in
+ * a whole gradient buffer, so a GEMM writing it picks the same kernel (the
+ * GPU libraries choose by pointer alignment) and the same bits. */
+static char *bucket_base(const llmt_model *m, int64_t s)
+{
+    size_t lead = m->ops->host_memory ? 0 : (size_t)s * grad_es(m) % LLMT_GRAD_BUCKET_ALIGN;
+    return (char *)m->grad_bucket.ptr + lead;
+}
+
 /* Bucket b's range [*s, *e) and the end *h of its host part (min(e, split)). */
 static void bucket_parts(const llmt_model *m, int32_t b, int64_t *s, int64_t *e, int64_t *h)
 {
@@ -28,7 +38,7 @@ static int load(llmt_model *m, int32_t b)
     const size_t es = grad_es(m);
     int64_t s, e, h;
     bucket_parts(m, b, &s, &e, &h);
-    char *dst = m->grad_bucket.ptr;
+    char *dst = bucket_base(m, s);
     if (m->host_valid[b])
         LLMT_TRY(m->ops->copy_to_device(m->dev, dst,
                                         (const char *)m->host_grads.ptr + (size_t)s * es,
@@ -55,7 +65,7 @@ int llmt_grads_acquire(llmt_model *m, int32_t bucket, char **base)
         LLMT_TRY(load(m, bucket));
         m->loaded = bucket;
     }
-    *base = m->grad_bucket.ptr;
+    *base = bucket_base(m, s);
     return LLMT_OK;
 }
 
@@ -77,7 +87,7 @@ int llmt_grads_flush(llmt_model *m)
     const int32_t b = m->loaded;
     int64_t s, e, h;
     bucket_parts(m, b, &s, &e, &h);
-    const char *src = m->grad_bucket.ptr;
+    const char *src = bucket_base(m, s);
     /* On failure the bucket stays loaded, its values in grad_bucket. */
     LLMT_TRY(m->ops->copy_to_host(m->dev, (char *)m->host_grads.ptr + (size_t)s * es, src,
                                   (size_t)(h - s) * es));

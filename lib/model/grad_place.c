@@ -33,6 +33,8 @@ int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memo
         if (s < split && e - s > most)
             most = e - s;
     }
+    if (host_memory)
+        return most;
     int64_t stats = split < LLMT_GRAD_STATS_CHUNK ? split : LLMT_GRAD_STATS_CHUNK;
-    return !host_memory && stats > most ? stats : most;
+    return (stats > most ? stats : most) + LLMT_GRAD_BUCKET_PAD;
 }

@@ -14,6 +14,13 @@
  * whose memory the host cannot read (a multiple of LLMT_SHARD_GRANULE). */
 #define LLMT_GRAD_STATS_CHUNK ((int64_t)1 << 20)
 
+/* Where the host cannot read device memory, an offloaded bucket starts in
+ * the device bucket at the alignment, modulo this many bytes, that it has
+ * in a whole gradient buffer; the bucket has LLMT_GRAD_BUCKET_PAD elements
+ * more for it (at least this many bytes for 2- and 4-byte elements). */
+#define LLMT_GRAD_BUCKET_ALIGN 256
+#define LLMT_GRAD_BUCKET_PAD ((int64_t)LLMT_GRAD_BUCKET_ALIGN / 2)
+
 /* The gradient split for an offloaded prefix [0, prefix): prefix rounded
  * down to a multiple of LLMT_SHARD_GRANULE, so that no granule of the
  * gradient norm's partial sums is split between host and device. */
@@ -30,7 +37,7 @@ void llmt_grad_bucket_range(const llmt_model *m, int32_t b, int64_t *start, int6
 /* Elements of the device bucket for gradient split `split`: the largest
  * bucket starting below split (whole, straddle included) and, where the
  * host cannot read device memory, at least min(split, LLMT_GRAD_STATS_CHUNK)
- * for the norm's uploads; 0 when split is 0. */
+ * for the norm's uploads, plus LLMT_GRAD_BUCKET_PAD; 0 when split is 0. */
 int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memory);
 
 /* Placement (grad_buckets.c). Each returns a status with a message set.

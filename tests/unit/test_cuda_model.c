@@ -442,6 +442,11 @@ static float *offload_train(int precision, int32_t parts, int32_t layers, int32_
     enum { N = 4 };
     llmt_context *ctx = make_ctx(LLMT_BACKEND_CUDA);
     llmt_model_config c = config(precision, 0);
+    /* d 96: layer 1's parameters start 128 bytes past a 256-byte boundary
+     * in 16-bit storage, so an offloaded bucket's alignment is exercised. */
+    c.hidden_size = 96;
+    c.num_heads = 3;
+    c.num_kv_heads = 1;
     llmt_model *m = NULL;
     llmt_optimizer *o = NULL;
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;

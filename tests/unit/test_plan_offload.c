@@ -74,7 +74,7 @@ static int64_t grad_split(int64_t prefix_elems)
 /* The device bucket of gradient split gs, by hand: the largest bucket
  * (embedding, a layer, the tail of final norm and LM head) that starts
  * below gs, and on a backend whose memory the host cannot read at least
- * min(gs, 2^20) elements for the norm's uploads. */
+ * min(gs, 2^20) elements for the norm's uploads, plus 128 for alignment. */
 static int64_t bucket_elems(int64_t gs, int host_memory)
 {
     if (gs == 0)
@@ -86,8 +86,11 @@ static int64_t bucket_elems(int64_t gs, int host_memory)
             most = size[b];
         start += size[b];
     }
+    if (host_memory)
+        return most;
+    /* And 128 elements (256 bytes of bf16) to keep each bucket's alignment. */
     int64_t stats = gs < (1 << 20) ? gs : (1 << 20);
-    return !host_memory && stats > most ? stats : most;
+    return (stats > most ? stats : most) + 128;
 }
 
 /* Two training steps with the optimizer created at (parts, layers): every
