@@ -178,6 +178,21 @@ static llmt_step_report step(rig *r)
     return rep;
 }
 
+/* n steps of both rigs: the same losses, the constrained one within budget;
+ * returns its retries. */
+static int steps_side_by_side(rig *free_run, rig *tight, int n, uint64_t budget)
+{
+    int retries = 0;
+    for (int i = 0; i < n; i++) {
+        llmt_step_report a = step(free_run), b = step(tight);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        retries += b.retries;
+        assert_true(b.mem_peak <= budget);
+    }
+    return retries;
+}
+
+
 /* Weights and the AdamW state of a and b are the same bits. */
 static void assert_same_state(rig *a, rig *b)
 {
@@ -215,14 +230,7 @@ static void check_precision(int precision)
     assert_true(p.bytes[LLMT_MEM_OPTIMIZER] > arena); /* offload can make the room */
     uint64_t budget = stats(&tight).total_current + arena / 2;
     assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
-    int retries = 0;
-    for (int i = 0; i < TIGHT; i++) {
-        llmt_step_report a = step(&free_run), b = step(&tight);
-        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
-        retries += b.retries;
-        assert_true(b.mem_peak <= budget);
-    }
-    assert_int_equal(retries, 1);
+    assert_int_equal(steps_side_by_side(&free_run, &tight, TIGHT, budget), 1);
     assert_contains(tight.log, "step 1: out of memory");
     assert_contains(tight.log, "optimizer state offloaded: embedding and layers 0-");
     assert_null(strstr(tight.log, "micro-batch 2"));
@@ -351,14 +359,7 @@ static void test_grads_offload_instead_of_a_smaller_micro_batch(void **state)
     assert_int_equal(stats(&alone).total_current, stats(&tight).total_current);
     assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
     assert_int_equal(llmt_context_set_budget(alone.ctx, budget), LLMT_OK);
-    int retries = 0;
-    for (int i = 0; i < STEPS; i++) {
-        llmt_step_report a = step(&free_run), b = step(&tight);
-        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
-        retries += b.retries;
-        assert_true(b.mem_peak <= budget);
-    }
-    assert_int_equal(retries, 1);
+    assert_int_equal(steps_side_by_side(&free_run, &tight, STEPS, budget), 1);
     assert_contains(tight.log, "step 1: out of memory");
     assert_contains(tight.log, "optimizer state and gradients offloaded: embedding and layers 0-");
     int32_t parts = 0, layers = 0;

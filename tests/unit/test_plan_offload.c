@@ -93,12 +93,15 @@ static int64_t bucket_elems(int64_t gs, int host_memory)
     return (stats > most ? stats : most) + 128;
 }
 
-/* Two training steps with the optimizer created at (parts, layers): every
- * category's measured peak since the context's creation equals the plan,
- * host_state included (with gradient offload, the model's gradients are
- * never all on the device), and the device totals leave host_state out. */
+/* Two training steps with the optimizer created at (parts, layers), or,
+ * with `moved`, created without offload and moved there by
+ * llmt_optimizer_set_offload (the peaks reset after the move): every
+ * category's measured peak equals the plan, host_state included (with
+ * gradient offload from creation, the model's gradients are never all on
+ * the device), the device totals leave host_state out, and the plan's
+ * optimizer, gradient and host bytes are those counted by hand. */
 static void check_measured(int precision, int32_t policy, int32_t micro, int32_t parts,
-                           int32_t layers)
+                           int32_t layers, int moved)
 {
     llmt_context *ctx = test_context(2, 1);
     llmt_plan_config pc = plan_config(precision);
@@ -109,12 +112,15 @@ static void check_measured(int precision, int32_t policy, int32_t micro, int32_t
     llmt_plan p = LLMT_PLAN_INIT;
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
     assert_int_equal(p.num_params, PARAMS);
+    const uint64_t e = elem_bytes(precision);
     int64_t host = parts ? prefix(layers) : 0;
     int64_t gs = parts & LLMT_OFFLOAD_GRADS ? grad_split(host) : 0;
     assert_int_equal(p.host_peak, (uint64_t)host * state_bytes(precision) +
-                                      (uint64_t)gs * elem_bytes(precision)); /* no staging */
+                                      (uint64_t)gs * e); /* no staging */
+    assert_int_equal(p.bytes[LLMT_MEM_HOST_STATE], p.host_peak);
     assert_int_equal(p.bytes[LLMT_MEM_OPTIMIZER],
                      (uint64_t)(PARAMS - host) * state_bytes(precision));
+    assert_int_equal(p.bytes[LLMT_MEM_GRADS], (uint64_t)(PARAMS - gs + bucket_elems(gs, 1)) * e);
 
     llmt_model *m = NULL;
     llmt_optimizer *o = NULL;
@@ -122,7 +128,7 @@ static void check_measured(int precision, int32_t policy, int32_t micro, int32_t
     llmt_slicer *sl = NULL;
     llmt_loss_scaler *sc = NULL;
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
-    oc.offload_parts = parts;
+    oc.offload_parts = moved ? LLMT_OFFLOAD_NONE : parts;
     oc.offload_layers = layers;
     llmt_loss_scaler_config lc = LLMT_LOSS_SCALER_CONFIG_INIT;
     assert_int_equal(llmt_model_create(&m, ctx, &pc.model), LLMT_OK);
@@ -131,6 +137,10 @@ static void check_measured(int precision, int32_t policy, int32_t micro, int32_t
     assert_int_equal(llmt_recompute_set_layers(rc, 0, -1, policy), LLMT_OK);
     assert_int_equal(llmt_slicer_create(&sl, m, micro), LLMT_OK);
     assert_int_equal(llmt_loss_scaler_create(&sc, &lc), LLMT_OK);
+    if (moved) {
+        assert_int_equal(llmt_optimizer_set_offload(o, parts, layers), LLMT_OK);
+        assert_int_equal(llmt_context_reset_peak(ctx), LLMT_OK);
+    }
     int32_t tokens[B * T], targets[B * T];
     uint64_t seed = 7;
     for (int i = 0; i < B * T; i++) {
@@ -147,10 +157,10 @@ static void check_measured(int precision, int32_t policy, int32_t micro, int32_t
     assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
     for (int cat = 0; cat < LLMT_MEM_CATEGORY_COUNT; cat++)
         if (s.peak[cat] != p.bytes[cat])
-            fail_msg("precision %d, %s, micro-batch %d, offload %d/%d: %s planned %llu, "
+            fail_msg("precision %d, %s, micro-batch %d, offload %d/%d%s: %s planned %llu, "
                      "measured peak %llu", precision, llmt_recompute_policy_name(policy), micro,
-                     parts, layers, llmt_mem_category_name(cat), (unsigned long long)p.bytes[cat],
-                     (unsigned long long)s.peak[cat]);
+                     parts, layers, moved ? " (moved)" : "", llmt_mem_category_name(cat),
+                     (unsigned long long)p.bytes[cat], (unsigned long long)s.peak[cat]);
     assert_int_equal(s.total_peak, p.peak);
     assert_int_equal(s.peak[LLMT_MEM_HOST_STATE], p.host_peak);
     llmt_loss_scaler_free(sc);
@@ -168,72 +178,13 @@ static void test_plan_equals_measured_with_offload(void **state)
                                LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
     const int32_t layers[4] = {LLMT_OFFLOAD_ALL_LAYERS, 1, L, 0};
     for (int p = 0; p < 4; p++) {
-        check_measured(precisions[p], LLMT_RECOMPUTE_NONE, 3, LLMT_OFFLOAD_NONE, 0);
+        check_measured(precisions[p], LLMT_RECOMPUTE_NONE, 3, LLMT_OFFLOAD_NONE, 0, 0);
         for (int k = 0; k < 4; k++)
             check_measured(precisions[p], k % 2 ? LLMT_RECOMPUTE_FULL : LLMT_RECOMPUTE_FFN_ACT,
                            k % 2 ? 8 : 3, k < 2 ? LLMT_OFFLOAD_OPTIMIZER
                                               : LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS,
-                           layers[(p + k) % 4]);
+                           layers[(p + k) % 4], 0);
     }
-}
-
-/* One step after llmt_optimizer_set_offload(OPTIMIZER | GRADS, layers) (the
- * peaks reset after the move): every category's measured peak equals the
- * plan, and the plan's gradient and host bytes are those counted by hand. */
-static void check_measured_grads(int precision, int32_t policy, int32_t micro, int32_t layers)
-{
-    const int32_t parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
-    llmt_context *ctx = test_context(2, 1);
-    llmt_plan_config pc = plan_config(precision);
-    pc.recompute = policy;
-    pc.micro_batch = micro;
-    pc.offload_parts = parts;
-    pc.offload_layers = layers;
-    llmt_plan p = LLMT_PLAN_INIT;
-    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
-    const uint64_t e = elem_bytes(precision);
-    const int64_t gs = grad_split(prefix(layers)), bucket = bucket_elems(gs, 1);
-    assert_int_equal(p.bytes[LLMT_MEM_GRADS], (uint64_t)(PARAMS - gs + bucket) * e);
-    assert_int_equal(p.host_peak, (uint64_t)prefix(layers) * state_bytes(precision) +
-                                      (uint64_t)gs * e);
-    assert_int_equal(p.bytes[LLMT_MEM_HOST_STATE], p.host_peak);
-
-    llmt_model *m = NULL;
-    llmt_optimizer *o = NULL;
-    llmt_recompute *rc = NULL;
-    llmt_slicer *sl = NULL;
-    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
-    assert_int_equal(llmt_model_create(&m, ctx, &pc.model), LLMT_OK);
-    assert_int_equal(llmt_optimizer_create(&o, m, &oc), LLMT_OK);
-    assert_int_equal(llmt_recompute_create(&rc, m), LLMT_OK);
-    assert_int_equal(llmt_recompute_set_layers(rc, 0, -1, policy), LLMT_OK);
-    assert_int_equal(llmt_slicer_create(&sl, m, micro), LLMT_OK);
-    assert_int_equal(llmt_optimizer_set_offload(o, parts, layers), LLMT_OK);
-    assert_int_equal(llmt_context_reset_peak(ctx), LLMT_OK);
-    int32_t tokens[B * T], targets[B * T];
-    uint64_t seed = 11;
-    for (int i = 0; i < B * T; i++) {
-        tokens[i] = (int32_t)(trand_u64(&seed) % V);
-        targets[i] = (int32_t)(trand_u64(&seed) % V);
-    }
-    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
-    assert_int_equal(llmt_slicer_forward_backward(sl, tokens, targets, B, T, 1.0f, NULL), LLMT_OK);
-    assert_int_equal(llmt_optimizer_step(o, NULL, NULL), LLMT_OK);
-    llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
-    assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
-    for (int cat = 0; cat < LLMT_MEM_CATEGORY_COUNT; cat++)
-        if (s.peak[cat] != p.bytes[cat])
-            fail_msg("precision %d, %s, micro-batch %d, offload optimizer+grads of %d layers: "
-                     "%s planned %llu, measured peak %llu", precision,
-                     llmt_recompute_policy_name(policy), micro, layers,
-                     llmt_mem_category_name(cat), (unsigned long long)p.bytes[cat],
-                     (unsigned long long)s.peak[cat]);
-    assert_int_equal(s.total_peak, p.peak);
-    llmt_slicer_free(sl);
-    llmt_recompute_free(rc);
-    llmt_optimizer_free(o);
-    llmt_model_free(m);
-    llmt_context_free(ctx);
 }
 
 static void test_plan_equals_measured_with_grads_offload(void **state)
@@ -247,9 +198,9 @@ static void test_plan_equals_measured_with_grads_offload(void **state)
     for (int p = 0; p < 4; p++)
         for (int k = 0; k < 4; k++)
             if ((p + k) % 2 == 0 || k == 2)
-                check_measured_grads(precisions[p], k % 2 ? LLMT_RECOMPUTE_FULL
-                                                          : LLMT_RECOMPUTE_NONE,
-                                     k % 2 ? 8 : 3, layers[k]);
+                check_measured(precisions[p], k % 2 ? LLMT_RECOMPUTE_FULL : LLMT_RECOMPUTE_NONE,
+                               k % 2 ? 8 : 3, LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS,
+                               layers[k], 1);
 }
 
 /* Gradient offload adds to the optimizer's offload exactly the gradients
