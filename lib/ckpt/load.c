@@ -87,6 +87,21 @@ static int read_into(int fd, const char *path, const llmt_model *m, char *dst, u
     return LLMT_OK;
 }
 
+/* A file that cannot be parsed or does not hold what the model needs
+ * (status rc) is damage when its bytes are not the ones the manifest
+ * lists (the header is read before the checksum is known): LLMT_ECORRUPT,
+ * naming the file, so a resume falls back; else rc with its message. */
+static int damaged_or(const char *path, const llmt_manifest_file *entry, int rc)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", llmt_error_last());
+    uint64_t size = 0, digest = 0;
+    if (llmt_hash_file(path, &size, &digest) == LLMT_OK &&
+        (size != entry->bytes || digest != entry->xxh3))
+        return llmt_fail(LLMT_ECORRUPT, "file %s: checksum mismatch (%s)", entry->name, why);
+    return llmt_fail(rc, "%s", why);
+}
+
 /* Loads one safetensors file of the checkpoint into the wants. */
 static int load_file(const char *dir, const llmt_manifest_file *entry, const llmt_model *m,
                      want *w, size_t n)
@@ -104,6 +119,8 @@ static int load_file(const char *dir, const llmt_manifest_file *entry, const llm
     }
     if (!rc)
         rc = match_tensors(f, w, n, entry->name);
+    if (rc && rc != LLMT_EIO && rc != LLMT_ENOMEM && path)
+        rc = damaged_or(path, entry, rc);
     struct stat st;
     if (!rc && ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) != 0))
         rc = llmt_fail(LLMT_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -111,8 +128,9 @@ static int load_file(const char *dir, const llmt_manifest_file *entry, const llm
         rc = llmt_fail(LLMT_ECORRUPT, "file %s: size %lld, the manifest says %llu", entry->name,
                        (long long)st.st_size, (unsigned long long)entry->bytes);
     /* The header, then the data in file order: the tensors tile the data. */
-    uint64_t data_start = n ? llmt_st_tensor_at(f, 0)->file_offset - llmt_st_tensor_at(f, 0)->begin
-                            : (uint64_t)st.st_size;
+    uint64_t data_start = rc ? 0
+                          : n ? llmt_st_tensor_at(f, 0)->file_offset - llmt_st_tensor_at(f, 0)->begin
+                              : (uint64_t)st.st_size;
     if (!rc && !(head = malloc(data_start)))
         rc = llmt_fail(LLMT_ENOMEM, "out of memory");
     if (!rc && !m->ops->host_memory &&

@@ -39,6 +39,7 @@ typedef struct position {
     llmt_loss_scaler_state scaler;
     llmt_optimizer_config opt_cfg;
     int64_t opt_steps;
+    llmt_rng_state rng; /* the context's random stream */
     char dir[PATH_CAP]; /* the checkpoint's directory */
 } position;
 
@@ -154,7 +155,7 @@ static int root_load(search *sr)
     LLMT_TRY(llmt_loader_get_state(p->loader, &pos->loader));
     if (p->scaler)
         LLMT_TRY(llmt_loss_scaler_get_state(p->scaler, &pos->scaler));
-    return LLMT_OK;
+    return llmt_context_rng_get(tr->parts.model->ctx, &pos->rng);
 }
 
 /* ---- every rank's part of a candidate */
@@ -167,9 +168,34 @@ static int take_position(llmt_trainer *tr, const position *pos)
     if (p->scaler)
         LLMT_TRY(llmt_loss_scaler_set_state(p->scaler, &pos->scaler));
     LLMT_TRY(llmt_trainer_restore_blob(tr, pos->blob, (size_t)pos->blob_len));
+    LLMT_TRY(llmt_context_rng_set(p->model->ctx, &pos->rng));
     tr->step = pos->step;
     tr->tokens_seen = pos->tokens_seen;
     return LLMT_OK;
+}
+
+/* The ranks' agreement on their reads of a candidate, damage first: when
+ * any rank found damage (LLMT_ECORRUPT) every rank returns LLMT_ECORRUPT
+ * with the lowest such rank's message, so all fall back together whatever
+ * else failed elsewhere (a rank's other failure is logged); else the
+ * lowest failed rank's status (llmt_dist_agree). */
+static int agree_damage_first(llmt_trainer *tr, int rc)
+{
+    llmt_comm *c = tr->parts.optimizer->comm;
+    int64_t damaged = rc == LLMT_ECORRUPT;
+    char why[1024] = "";
+    if (rc)
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+    int sent = llmt_comm_allreduce_i64(c, "resume", &damaged, 1, LLMT_COMM_MAX);
+    if (sent)
+        return sent;
+    if (!damaged)
+        return llmt_dist_agree(c, rc ? llmt_fail(rc, "%s", why) : LLMT_OK);
+    if (rc && rc != LLMT_ECORRUPT)
+        llmt_trainer_log(tr, "resume", "rank %d: %s (another rank found damage: every rank "
+                         "tries the next older checkpoint)", llmt_comm_rank(c), why);
+    /* Only the damaged ranks fail here: every rank gets LLMT_ECORRUPT. */
+    return llmt_dist_agree(c, rc == LLMT_ECORRUPT ? llmt_fail(rc, "%s", why) : LLMT_OK);
 }
 
 /* Once rank 0 sent the candidate (pos, first half; sr: rank 0's search,
@@ -198,9 +224,13 @@ static int load_everywhere(llmt_trainer *tr, position *pos, search *sr)
         rc = llmt_comm_broadcast(c, "resume", pos, sizeof *pos, ROOT);
     if (!rc)
         rc = llmt_comm_broadcast_all(c, "resume: weights", m->weights.ptr, m->weights.bytes, ROOT);
+    /* The agreed failure keeps its message (the join may set another). */
+    char why[1024] = "";
+    if (rc)
+        snprintf(why, sizeof why, "%s", llmt_error_last());
     int mine = range_read_join(&rr);
     if (rc)
-        return rc;
+        return llmt_fail(rc, "%s", why);
     if (!sr)
         m->weights_epoch++; /* the weights changed under the optimizer (rank 0's load did it) */
     if (!mine && !sr)
@@ -208,7 +238,7 @@ static int load_everywhere(llmt_trainer *tr, position *pos, search *sr)
     o->cfg = pos->opt_cfg;
     o->steps = pos->opt_steps;
     o->weights_epoch = m->weights_epoch; /* the master came with the weights */
-    return llmt_dist_agree(c, mine);
+    return agree_damage_first(tr, mine);
 }
 
 /* llmt_ckpt_pick's try on rank 0: the cheap checks alone (no collective

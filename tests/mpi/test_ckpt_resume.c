@@ -15,6 +15,7 @@
  *
  * Usage: mpiexec -n N test_ckpt_resume DIR (DIR: the fixture's). */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include <mpi.h>
 
 #include "ckpt_fixture.h"
+#include "core/error.h"
 #include "dist/shard.h"
 #include "llmt/comm_mpi.h"
 #include "optim/optim_internal.h"
@@ -38,12 +40,16 @@ static struct {
 } reads[MAX_NAMES];
 static int n_reads;
 
+/* Rank 0's range reader thread and its weights load both read. */
+static pthread_mutex_t reads_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void count_read(const char *path, uint64_t bytes)
 {
     if (!atomic_load(&counting))
         return;
     const char *slash = strrchr(path, '/');
     const char *name = slash ? slash + 1 : path;
+    pthread_mutex_lock(&reads_lock);
     int i = 0;
     while (i < n_reads && strcmp(reads[i].name, name))
         i++;
@@ -51,6 +57,7 @@ static void count_read(const char *path, uint64_t bytes)
         snprintf(reads[n_reads++].name, sizeof reads[0].name, "%s", name);
     if (i < n_reads)
         reads[i].bytes += bytes;
+    pthread_mutex_unlock(&reads_lock);
 }
 
 static uint64_t bytes_read(const char *name)
@@ -63,8 +70,14 @@ static uint64_t bytes_read(const char *name)
 
 int __real_llmt_pread_all(int fd, const char *path, void *buf, size_t len, uint64_t offset);
 int __wrap_llmt_pread_all(int fd, const char *path, void *buf, size_t len, uint64_t offset);
+/* A read error injected on rank eio_rank for paths containing eio_part. */
+static int eio_rank = -1;
+static char eio_part[128];
+
 int __wrap_llmt_pread_all(int fd, const char *path, void *buf, size_t len, uint64_t offset)
 {
+    if (rank == eio_rank && strstr(path, eio_part))
+        return llmt_fail(LLMT_EIO, "%s: injected read error", path);
     int rc = __real_llmt_pread_all(fd, path, buf, len, offset);
     if (!rc)
         count_read(path, len);
@@ -230,6 +243,85 @@ static void test_none_loads(const char *dir, llmt_comm *comm)
     run_close(&r);
 }
 
+/* The JSON header of step HALF's model.safetensors damaged (rank 0 parses
+ * it before its checksum is known): damage, not a crash or a refusal of
+ * the file's format, so every rank falls back to FIRST. */
+static void test_model_header(const char *dir, llmt_comm *comm)
+{
+    char ckpt[900];
+    copy_ckpt(dir, "header", ckpt, sizeof ckpt);
+    if (rank == 0)
+        flip(ckpt, HALF, "model.safetensors", 12);
+    MPI_Barrier(MPI_COMM_WORLD);
+    run r;
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, ckpt, &rc);
+    EXPECT(rc == LLMT_OK && step == FIRST, "model.safetensors' header damaged: status %d, step "
+           "%lld: %s", rc, (long long)step, llmt_error_last());
+    EXPECT(rank != 0 || strstr(log_text, "model.safetensors"),
+           "rank 0 does not log the refusal of model.safetensors: %s", log_text);
+    run_close(&r);
+}
+
+/* Rank 0 cannot read its first shard file of step HALF (a read error),
+ * while rank 1 finds damage in a shard only it reads: the damage decides,
+ * every rank falls back to FIRST. */
+static void test_damage_beats_read_error(const char *dir, llmt_comm *comm)
+{
+    char ckpt[900], name[64] = "";
+    copy_ckpt(dir, "mixed", ckpt, sizeof ckpt);
+    llmt_manifest mf;
+    read_manifest(ckpt, HALF, &mf);
+    int64_t f0, e0, f1, e1;
+    llmt_shard_range(mf.num_elements, size, 0, &f0, &e0);
+    llmt_shard_range(mf.num_elements, size, 1, &f1, &e1);
+    for (int32_t k = 0; k < mf.world_size && !name[0]; k++) {
+        const llmt_manifest_shard *s = &mf.shards[k];
+        if (overlap(s->first, s->end, f1, e1) && !overlap(s->first, s->end, f0, e0)) {
+            snprintf(name, sizeof name, "%s", s->file.name);
+            if (rank == 0)
+                flip(ckpt, HALF, name, s->file.bytes / 2);
+        }
+    }
+    snprintf(eio_part, sizeof eio_part, "step-%08d/%s", HALF, mf.shards[0].file.name);
+    llmt_manifest_clear(&mf);
+    EXPECT(name[0], "no shard file that rank 1 reads and rank 0 does not, at %d ranks", size);
+    MPI_Barrier(MPI_COMM_WORLD);
+    eio_rank = 0;
+    run r;
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, ckpt, &rc);
+    eio_rank = -1;
+    EXPECT(rc == LLMT_OK && step == FIRST, "read error on rank 0, %s damaged: status %d, step "
+           "%lld: %s", name, rc, (long long)step, llmt_error_last());
+    EXPECT(rank != 0 || strstr(log_text, "injected read error"),
+           "rank 0 does not log its own read error: %s", log_text);
+    run_close(&r);
+}
+
+/* The context's random stream continues from the checkpoint on every rank,
+ * not only on rank 0 (the others' streams are moved on before the resume). */
+static void test_rng_everywhere(const char *dir, llmt_comm *comm)
+{
+    char ckpt[900];
+    copy_ckpt(dir, "rng", ckpt, sizeof ckpt);
+    run r;
+    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 5);
+    float x[3];
+    if (rank != 0)
+        must(llmt_context_rng_uniform(r.ctx, x, 3), "rng");
+    int64_t step = -1;
+    must(llmt_trainer_resume_latest(r.tr, &step), "resume");
+    must(llmt_context_rng_uniform(r.ctx, x, 1), "rng");
+    int32_t bits = 0, lo = 0, hi = 0;
+    memcpy(&bits, &x[0], sizeof bits);
+    MPI_Allreduce(&bits, &lo, 1, MPI_INT32_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&bits, &hi, 1, MPI_INT32_T, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT(step == HALF && lo == hi, "after the resume (step %lld) the ranks' random streams "
+           "differ", (long long)step);
+    run_close(&r);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -247,6 +339,9 @@ int main(int argc, char **argv)
     test_found_by_rank1(argv[1], m->comm);
     test_middle_chunk(argv[1], m->comm);
     test_none_loads(argv[1], m->comm);
+    test_model_header(argv[1], m->comm);
+    test_damage_beats_read_error(argv[1], m->comm);
+    test_rng_everywhere(argv[1], m->comm);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     llmt_comm_mpi_free(m);
