@@ -409,8 +409,12 @@ int main(int argc, char **argv)
         return 1;
     /* A placement given (--offload-layers, or the config's offload_layers
      * when the command line does not override the config) stays as it is
-     * in the fit; --offload optimizer[+grads] alone lets the fit choose. */
+     * in the fit; --offload optimizer[+grads] alone lets the fit choose, and
+     * so does a config's optimizer+grads of 0 layers (the owner's leave to
+     * the controller, as the trainer reads it). */
+    int config_leave = (pc.offload_parts & LLMT_OFFLOAD_GRADS) && pc.offload_layers == 0;
     int fixed = offload_layers_text != NULL ||
-                (offload < 0 && pc.offload_parts && pc.offload_layers != LLMT_OFFLOAD_ALL_LAYERS);
+                (offload < 0 && pc.offload_parts && !config_leave &&
+                 pc.offload_layers != LLMT_OFFLOAD_ALL_LAYERS);
     return budget ? print_fit(backend, (int32_t)threads, pc, budget, first, last, fixed) : 0;
 }

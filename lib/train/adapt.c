@@ -53,7 +53,13 @@ int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
 {
     llmt_controller *c = &tr->ctl;
     int moved = 0;
-    LLMT_TRY(sync_placement(tr, &moved));
+    int rc = sync_placement(tr, &moved);
+    if (rc == LLMT_ENOMEM) { /* the step is applied: it stays placed as it is */
+        llmt_trainer_log(tr, "escalate", "step %lld: the optimizer stays placed as it is (%s)",
+                         (long long)tr->step, llmt_error_last());
+        return LLMT_OK;
+    }
+    LLMT_TRY(rc);
     if (moved) /* the peak was measured with another placement: decide next step */
         return LLMT_OK;
     uint64_t current = 0;

@@ -187,10 +187,18 @@ int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, ui
     if (layers == target)
         return LLMT_OK;
     /* The move holds the old and the new device segments at once. */
-    if (budget && target != LLMT_OFFLOAD_ALL_LAYERS &&
-        in_use + device_state_bytes(c, target) > budget)
+    int via_all = budget && target != LLMT_OFFLOAD_ALL_LAYERS &&
+                  in_use + device_state_bytes(c, target) > budget;
+    if (via_all)
         LLMT_TRY(offload_all(c, now, layers));
-    return llmt_optimizer_set_offload(c->opt, rung_parts(c, target), target);
+    int rc = llmt_optimizer_set_offload(c->opt, rung_parts(c, target), target);
+    if (rc && via_all) { /* back where it was, if that fits; the refusal is the message */
+        char why[512];
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        (void)llmt_optimizer_set_offload(c->opt, now, layers);
+        return llmt_fail(rc, "%s", why);
+    }
+    return rc;
 }
 
 /* Whether notch k is an offload rung that changes nothing: the optimizer

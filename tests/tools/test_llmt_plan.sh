@@ -255,6 +255,17 @@ want=$(echo "$full" | awk '{ g = 1073741824; e = 32000 * 4096; l = 202383360
         "of the embedding and layers 0-%d offloaded (host %.2f GiB) fits", k - 1,
         (8 * h + 4 * gs) / g }')
 grep -qF "budget 80.00 GiB: $want" "$tmp/out" || fail "not '$want': $(tail -n 2 "$tmp/out")"
+# A config's optimizer+grads of 0 layers is the owner's leave to offload,
+# not a placement: its fit is that of --offload optimizer+grads.
+sed 's/^optimizer:$/optimizer:\n  offload: optimizer+grads\n  offload_layers: 0/' \
+    "$src/examples/configs/100m.yaml" > "$tmp/leave.yaml"
+grep -q "offload_layers: 0" "$tmp/leave.yaml" || fail "the test's config was not written"
+run --config "$tmp/leave.yaml" --precision bf16_mixed --budget 2GiB
+from_config=$(tail -n 1 "$tmp/out")
+run --config "$tmp/leave.yaml" --precision bf16_mixed --budget 2GiB --offload optimizer+grads
+[ "$from_config" = "$(tail -n 1 "$tmp/out")" ] ||
+    fail "config optimizer+grads of 0 layers: '$from_config', not '$(tail -n 1 "$tmp/out")'"
+case "$from_config" in *offloaded*) ;; *) fail "no offload in the fit: $from_config" ;; esac
 # A budget that recompute meets alone: no offload.
 run --preset small --seq 256 --precision bf16_mixed --budget 1GiB --offload optimizer
 grep -qxF "budget 1.00 GiB: bf16_mixed, micro-batch 1 with recompute none fits" "$tmp/out" ||

@@ -409,6 +409,43 @@ static void test_ordered_accumulation_refused_with_grads(void **state)
     rig_close(&r);
 }
 
+/* A move the host budget refuses half-way (through "all offloaded", then
+ * back to a partial rung, whose move holds two host segments): the call
+ * fails with the placement as it was and no step counted, and no call ever
+ * counts a step it reports as failed. */
+static void test_refused_move_counts_no_step(void **state)
+{
+    (void)state;
+    const int32_t both = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    rig r;
+    rig_open_as(&r, LLMT_PRECISION_FP32, 1000, NULL, T, both);
+    llmt_plan all = plan_placed(&r, both, LLMT_OFFLOAD_ALL_LAYERS);
+    uint64_t in_use = stats(&r).total_current;
+    assert_int_equal(llmt_context_set_budget(r.ctx, all.peak > in_use ? all.peak : in_use),
+                     LLMT_OK);
+    assert_int_equal(llmt_context_set_host_budget(r.ctx, all.host_peak + 4096), LLMT_OK);
+    int failed = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t before = llmt_trainer_step_index(r.tr);
+        llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};
+        int rc = llmt_trainer_step(r.tr, &rep);
+        int64_t after = llmt_trainer_step_index(r.tr);
+        if (rc == LLMT_OK) {
+            assert_int_equal(after, before + 1);
+            continue;
+        }
+        failed++;
+        assert_int_equal(rc, LLMT_ENOMEM);
+        assert_int_equal(after, before); /* a failed call counts no step */
+        int32_t parts = 0, layers = -1;
+        assert_int_equal(llmt_optimizer_get_offload(r.opt, &parts, &layers), LLMT_OK);
+        assert_int_equal(parts, both);
+        assert_int_equal(layers, 0); /* as it was */
+    }
+    assert_true(failed > 0); /* the budgets do refuse the move */
+    rig_close(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -417,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_resume_at_an_offload_notch),
         cmocka_unit_test(test_grads_offload_instead_of_a_smaller_micro_batch),
         cmocka_unit_test(test_ordered_accumulation_refused_with_grads),
+        cmocka_unit_test(test_refused_move_counts_no_step),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
