@@ -158,7 +158,9 @@ typedef struct llmt_step_report {
  * from the parts; LLMT_ENOMEM with the planner's figure when nothing fits;
  * in a data-parallel run, an async save that failed on any rank (its file
  * named) from the step that joins it. The step that reaches total_steps
- * commits a data-parallel async save still in flight. */
+ * commits a data-parallel async save still in flight. A step that fails
+ * before it is counted (its forward, backward or update) leaves the
+ * loader where it was, so calling again retries the same batch. */
 LLMT_API int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report);
 
 /* Called after every step of llmt_trainer_run; a nonzero return stops the run

@@ -370,17 +370,26 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
     r.version = LLMT_STEP_REPORT_VERSION;
     r.eval_loss = NAN;
     LLMT_TRY(llmt_context_reset_peak(tr->ctx));
+    /* A step that fails before it counts gives its batch back: calling
+     * again retries the same data. */
+    llmt_loader_state at = LLMT_LOADER_STATE_INIT;
+    LLMT_TRY(llmt_loader_get_state(p->loader, &at));
     LLMT_TRY(agreed(tr, llmt_loader_next(p->loader, tr->tokens, tr->targets,
                                          (size_t)B * (size_t)T)));
     double scale = p->scaler ? llmt_loss_scaler_scale(p->scaler) : 1.0;
-    LLMT_TRY(forward_backward(tr, scale, &r.loss, &r.retries));
+    int rc = forward_backward(tr, scale, &r.loss, &r.retries);
+    llmt_update_report u = LLMT_UPDATE_REPORT_INIT;
+    if (!rc)
+        rc = llmt_optimizer_step(p->optimizer, p->scaler, &u);
+    if (rc) {
+        (void)llmt_loader_set_state(p->loader, &at); /* rc's message stays */
+        return rc;
+    }
     /* The layout that ran the step: read after the retries, which change it. */
     r.micro_batch = p->slicer ? llmt_slicer_micro_batch(p->slicer) : B;
     r.recompute = p->model->rc_flags[0];
     for (int64_t l = 0; l < p->model->dims.layers; l++)
         r.recompute_layers += p->model->rc_flags[l] != 0;
-    llmt_update_report u = LLMT_UPDATE_REPORT_INIT;
-    LLMT_TRY(llmt_optimizer_step(p->optimizer, p->scaler, &u));
     /* Training throughput: evaluation and checkpoints below are not in it. */
     r.tokens_per_second = (double)B * T / (now_seconds() - t0);
     tr->step++;

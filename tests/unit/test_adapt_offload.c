@@ -411,8 +411,8 @@ static void test_ordered_accumulation_refused_with_grads(void **state)
 
 /* A move the host budget refuses half-way (through "all offloaded", then
  * back to a partial rung, whose move holds two host segments): the call
- * fails with the placement as it was and no step counted, and no call ever
- * counts a step it reports as failed. */
+ * fails with the placement as it was, no step counted and the loader where
+ * it was, and no call ever counts a step it reports as failed. */
 static void test_refused_move_counts_no_step(void **state)
 {
     (void)state;
@@ -427,9 +427,12 @@ static void test_refused_move_counts_no_step(void **state)
     int failed = 0;
     for (int i = 0; i < 3; i++) {
         int64_t before = llmt_trainer_step_index(r.tr);
+        llmt_loader_state at = LLMT_LOADER_STATE_INIT, now = LLMT_LOADER_STATE_INIT;
+        assert_int_equal(llmt_loader_get_state(r.loader, &at), LLMT_OK);
         llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};
         int rc = llmt_trainer_step(r.tr, &rep);
         int64_t after = llmt_trainer_step_index(r.tr);
+        assert_int_equal(llmt_loader_get_state(r.loader, &now), LLMT_OK);
         if (rc == LLMT_OK) {
             assert_int_equal(after, before + 1);
             continue;
@@ -437,6 +440,7 @@ static void test_refused_move_counts_no_step(void **state)
         failed++;
         assert_int_equal(rc, LLMT_ENOMEM);
         assert_int_equal(after, before); /* a failed call counts no step */
+        assert_memory_equal(&now, &at, sizeof at); /* and gives its batch back */
         int32_t parts = 0, layers = -1;
         assert_int_equal(llmt_optimizer_get_offload(r.opt, &parts, &layers), LLMT_OK);
         assert_int_equal(parts, both);
