@@ -140,6 +140,17 @@ static void test_gemm_dispatch_cpu(void **state)
     free(w);
 }
 
+/* The bf16 LM head and attention multiply on the CPU's bf16 instructions
+ * where the dispatch test above expects them, and widen where they are
+ * masked off. */
+static void test_bf16_products_native_cpu(void **state)
+{
+    (void)state;
+    const int native = isa_cap_allows_bf16() && __builtin_cpu_supports("avx512bf16");
+    check_ce_native_products(native);
+    check_attention_native_products(native);
+}
+
 /* k = 0: C = beta C in every dtype, beta 0 overwriting what C held. */
 static void test_gemm_empty_k_cpu(void **state)
 {
@@ -238,7 +249,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_empty_k_cpu),
         cmocka_unit_test(test_gemm_cpu),
         cmocka_unit_test(test_gemm_model_cpu),
+        cmocka_unit_test(test_attention_cpu),
         cmocka_unit_test(test_lm_head_ce_cpu),
+        cmocka_unit_test(test_bf16_products_native_cpu),
     };
     const struct CMUnitTest cpu_tests[] = {
         cmocka_unit_test(test_gemm_dispatch_cpu),
@@ -252,6 +265,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_swiglu_cpu),
         cmocka_unit_test(test_add_cast_cpu),
         cmocka_unit_test(test_lm_head_ce_cpu),
+        cmocka_unit_test(test_bf16_products_native_cpu),
         cmocka_unit_test(test_grad_stats_cpu),
         cmocka_unit_test(test_grad_stats_blocks_cpu),
         cmocka_unit_test(test_adamw_cpu),

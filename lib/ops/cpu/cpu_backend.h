@@ -15,7 +15,7 @@ typedef struct llmt_cpu_device {
     llmt_device base;
     llmt_onednn *onednn;
     /* One per OpenMP thread, for the single-threaded products attention
-     * makes inside its parallel region (llmt_cpu_sgemm_serial). */
+     * makes inside its parallel region (llmt_cpu_gemm_serial). */
     llmt_onednn **onednn_thread;
     /* Per storage dtype (indexed by LLMT_DTYPE_*), 1 where GEMMs run on the
      * CPU's own instructions for it, 0 where they widen to fp32; fixed at
@@ -29,11 +29,12 @@ void llmt_onednn_free(llmt_onednn *d);
  * always; BF16: AVX512_BF16 or AMX), within the ISA oneDNN may use
  * (ONEDNN_MAX_CPU_ISA, oneDNN's own setting, lowers it). */
 int llmt_onednn_native(int dt);
-/* C = alpha op(A) op(B) + beta C on `threads` threads, all in dtype dt,
- * accumulated in fp32; row-major with leading dimensions lda, ldb, ldc. */
+/* C = alpha op(A) op(B) + beta C on `threads` threads, A and B in dtype dt,
+ * C in dtype c_dt (dt, or F32 for 16-bit operands), accumulated in fp32;
+ * row-major with leading dimensions lda, ldb, ldc. */
 int llmt_onednn_gemm(llmt_onednn *d, int threads, int trans_a, int trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const void *a, int64_t lda, const void *b,
-                     int64_t ldb, float beta, void *c, int64_t ldc, int dt);
+                     int64_t ldb, float beta, void *c, int64_t ldc, int dt, int c_dt);
 
 int llmt_cpu_mem_alloc(llmt_device *dev, size_t bytes, void **out);
 void llmt_cpu_mem_free(llmt_device *dev, void *ptr);
@@ -47,14 +48,27 @@ size_t llmt_cpu_gemm_scratch(const llmt_op_dims *dims);
 /* 1 where dev's GEMMs in storage dtype dt run natively, 0 where they widen
  * to fp32 (docs/cpu.md). */
 int llmt_cpu_gemm_native(const llmt_device *dev, int dt);
-/* An fp32 product on the calling thread, from inside an OpenMP parallel
- * region of at most dev->num_threads threads (arguments as llmt_onednn_gemm). */
+/* A product on the calling thread, from inside an OpenMP parallel region of
+ * at most dev->num_threads threads (arguments as llmt_onednn_gemm): fp32, or
+ * 16-bit operands where llmt_cpu_gemm_native(dev, dt) holds (else
+ * LLMT_EUNSUPPORTED). */
+int llmt_cpu_gemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                         int64_t ldb, float beta, void *c, int64_t ldc, int dt, int c_dt);
+/* llmt_cpu_gemm_serial in fp32. */
 int llmt_cpu_sgemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                           int64_t ldb, float beta, float *c, int64_t ldc);
 int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                   float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
                   void *c, int64_t ldc, int dt, void *scratch);
+/* C = alpha op(A) op(B) + beta C with A and B in 16-bit dtype dt, C in fp32,
+ * on the CPU's own instructions with fp32 accumulation (the LM head's
+ * logits and head gradient). Only where llmt_cpu_gemm_native(dev, dt) holds;
+ * elsewhere LLMT_EUNSUPPORTED (callers widen instead). */
+int llmt_cpu_gemm_to_f32(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                         int64_t ldb, float beta, float *c, int64_t ldc, int dt);
 
 int llmt_cpu_embedding_fwd(llmt_device *dev, void *out, const void *table, const int32_t *ids,
                            int64_t m, int64_t d, int dt);

@@ -92,7 +92,7 @@ int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t
     const int nt = threads_for(dev, m * n * k / 64);
     if (llmt_cpu_gemm_native(dev, dt))
         return llmt_onednn_gemm(onednn, nt, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
-                                beta, c, ldc, dt);
+                                beta, c, ldc, dt, dt);
     if (!scratch)
         return llmt_fail(LLMT_EINVAL, "cpu gemm: a %s product needs scratch", llmt_dtype_name(dt));
     float *af = scratch, *bf = af + m * k, *cf = bf + n * k;
@@ -101,22 +101,51 @@ int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t
     if (beta != 0.0f)
         to_f32(dev, cf, c, m, n, ldc, dt);
     LLMT_TRY(llmt_onednn_gemm(onednn, nt, trans_a, trans_b, m, n, k, alpha, af, trans_a ? m : k,
-                              bf, trans_b ? k : n, beta, cf, n, LLMT_DTYPE_F32));
+                              bf, trans_b ? k : n, beta, cf, n, LLMT_DTYPE_F32, LLMT_DTYPE_F32));
     from_f32(dev, c, cf, m, n, ldc, dt);
     return LLMT_OK;
+}
+
+int llmt_cpu_gemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                         int64_t ldb, float beta, void *c, int64_t ldc, int dt, int c_dt)
+{
+    if (dt != LLMT_DTYPE_F32 && !llmt_cpu_gemm_native(dev, dt))
+        return llmt_fail(LLMT_EUNSUPPORTED, "cpu gemm: no native %s product on this CPU",
+                         llmt_dtype_name(dt));
+    if (m <= 0 || n <= 0)
+        return LLMT_OK;
+    if (k <= 0) {
+        scale_c(dev, c, m, n, ldc, beta, c_dt);
+        return LLMT_OK;
+    }
+    llmt_onednn *mine = ((llmt_cpu_device *)dev)->onednn_thread[omp_get_thread_num()];
+    return llmt_onednn_gemm(mine, 1, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                            ldc, dt, c_dt);
 }
 
 int llmt_cpu_sgemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
                           int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                           int64_t ldb, float beta, float *c, int64_t ldc)
 {
+    return llmt_cpu_gemm_serial(dev, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                ldc, LLMT_DTYPE_F32, LLMT_DTYPE_F32);
+}
+
+int llmt_cpu_gemm_to_f32(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                         int64_t ldb, float beta, float *c, int64_t ldc, int dt)
+{
+    if (dt == LLMT_DTYPE_F32 || !llmt_cpu_gemm_native(dev, dt))
+        return llmt_fail(LLMT_EUNSUPPORTED, "cpu gemm: no native %s product with an fp32 result",
+                         llmt_dtype_name(dt));
     if (m <= 0 || n <= 0)
         return LLMT_OK;
     if (k <= 0) {
         scale_c(dev, c, m, n, ldc, beta, LLMT_DTYPE_F32);
         return LLMT_OK;
     }
-    llmt_onednn *mine = ((llmt_cpu_device *)dev)->onednn_thread[omp_get_thread_num()];
-    return llmt_onednn_gemm(mine, 1, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                            ldc, LLMT_DTYPE_F32);
+    return llmt_onednn_gemm(((llmt_cpu_device *)dev)->onednn, threads_for(dev, m * n * k / 64),
+                            trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, dt,
+                            LLMT_DTYPE_F32);
 }

@@ -24,7 +24,7 @@
 #define GEMM_CACHE_SIZE 128
 
 typedef struct gemm_key {
-    int trans_a, trans_b, dt, threads;
+    int trans_a, trans_b, dt, c_dt, threads;
     int64_t m, n, k, lda, ldb, ldc;
     float alpha, beta;
 } gemm_key;
@@ -150,7 +150,7 @@ static int entry_make(llmt_onednn *d, gemm_entry *e, const gemm_key *k)
     if (st == dnnl_success)
         st = md_2d(&b_md, k->k, k->n, k->ldb, k->trans_b, k->dt);
     if (st == dnnl_success)
-        st = md_2d(&c_md, k->m, k->n, k->ldc, 0, k->dt);
+        st = md_2d(&c_md, k->m, k->n, k->ldc, 0, k->c_dt);
     dnnl_matmul_desc_t desc;
     if (st == dnnl_success)
         st = dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md);
@@ -224,13 +224,14 @@ static int entry_for(llmt_onednn *d, const gemm_key *k, gemm_entry **out)
 
 int llmt_onednn_gemm(llmt_onednn *d, int threads, int trans_a, int trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const void *a, int64_t lda, const void *b,
-                     int64_t ldb, float beta, void *c, int64_t ldc, int dt)
+                     int64_t ldb, float beta, void *c, int64_t ldc, int dt, int c_dt)
 {
     gemm_key key;
     memset(&key, 0, sizeof key); /* the padding too: keys are compared with memcmp */
     key.trans_a = trans_a;
     key.trans_b = trans_b;
     key.dt = dt;
+    key.c_dt = c_dt;
     key.threads = threads;
     key.m = m;
     key.n = n;

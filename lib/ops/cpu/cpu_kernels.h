@@ -37,6 +37,18 @@ LLMT_INLINE void put(void *p, int dt, int64_t i, float v)
     }
 }
 
+/* n fp32 values rounded to nearest even into 16-bit dtype dt (BF16 or
+ * F16), one loop per dtype so that it vectorises. */
+LLMT_INLINE void round_to_16bit(uint16_t *dst, const float *src, int64_t n, int dt)
+{
+    if (dt == LLMT_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = llmt_f32_to_bf16(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = llmt_f32_to_f16(src[i]);
+}
+
 /* Byte address of element i. */
 LLMT_INLINE void *at(void *p, int dt, int64_t i)
 {

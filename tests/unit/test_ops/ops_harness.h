@@ -112,5 +112,9 @@ void check_grad_stats_blocks_args(backend *b);
  * (tests/unit/test_ops/ops_gemm_fault.c). */
 void check_ce_gemm_failure(void);
 void check_attention_gemm_failure(void);
+/* The bf16 LM head's and attention's products are native bf16 ones exactly
+ * when native (tests/unit/test_ops/ops_gemm_fault.c). */
+void check_ce_native_products(int native);
+void check_attention_native_products(int native);
 
 #endif
