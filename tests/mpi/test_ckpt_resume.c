@@ -153,6 +153,24 @@ static void flip(const char *ckpt, int step, const char *name, uint64_t offset)
         must(LLMT_EIO, path);
 }
 
+/* Damages (rank 0 writes) the middle of a shard file of step HALF that
+ * rank 1 reads and rank 0 does not; its name into name ("" if none). */
+static void damage_rank1_only(const char *ckpt, const llmt_manifest *mf, char *name, size_t cap)
+{
+    int64_t f0, e0, f1, e1;
+    llmt_shard_range(mf->num_elements, size, 0, &f0, &e0);
+    llmt_shard_range(mf->num_elements, size, 1, &f1, &e1);
+    name[0] = '\0';
+    for (int32_t k = 0; k < mf->world_size && !name[0]; k++) {
+        const llmt_manifest_shard *s = &mf->shards[k];
+        if (overlap(s->first, s->end, f1, e1) && !overlap(s->first, s->end, f0, e0)) {
+            snprintf(name, cap, "%s", s->file.name);
+            if (rank == 0)
+                flip(ckpt, HALF, name, s->file.bytes / 2);
+        }
+    }
+}
+
 /* A shard of step HALF with elements that rank 1 owns and rank 0 none of,
  * damaged mid-file: rank 1 (the lowest rank that reads it) finds it, every
  * rank falls back to FIRST, and both logs name the file. */
@@ -162,17 +180,7 @@ static void test_found_by_rank1(const char *dir, llmt_comm *comm)
     copy_ckpt(dir, "rank1", ckpt, sizeof ckpt);
     llmt_manifest mf;
     read_manifest(ckpt, HALF, &mf);
-    int64_t f0, e0, f1, e1;
-    llmt_shard_range(mf.num_elements, size, 0, &f0, &e0);
-    llmt_shard_range(mf.num_elements, size, 1, &f1, &e1);
-    for (int32_t k = 0; k < mf.world_size && !name[0]; k++) {
-        const llmt_manifest_shard *s = &mf.shards[k];
-        if (overlap(s->first, s->end, f1, e1) && !overlap(s->first, s->end, f0, e0)) {
-            snprintf(name, sizeof name, "%s", s->file.name);
-            if (rank == 0)
-                flip(ckpt, HALF, name, s->file.bytes / 2);
-        }
-    }
+    damage_rank1_only(ckpt, &mf, name, sizeof name);
     llmt_manifest_clear(&mf);
     EXPECT(name[0], "no shard file that rank 1 reads and rank 0 does not, at %d ranks", size);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -272,17 +280,7 @@ static void test_damage_beats_read_error(const char *dir, llmt_comm *comm)
     copy_ckpt(dir, "mixed", ckpt, sizeof ckpt);
     llmt_manifest mf;
     read_manifest(ckpt, HALF, &mf);
-    int64_t f0, e0, f1, e1;
-    llmt_shard_range(mf.num_elements, size, 0, &f0, &e0);
-    llmt_shard_range(mf.num_elements, size, 1, &f1, &e1);
-    for (int32_t k = 0; k < mf.world_size && !name[0]; k++) {
-        const llmt_manifest_shard *s = &mf.shards[k];
-        if (overlap(s->first, s->end, f1, e1) && !overlap(s->first, s->end, f0, e0)) {
-            snprintf(name, sizeof name, "%s", s->file.name);
-            if (rank == 0)
-                flip(ckpt, HALF, name, s->file.bytes / 2);
-        }
-    }
+    damage_rank1_only(ckpt, &mf, name, sizeof name);
     snprintf(eio_part, sizeof eio_part, "step-%08d/%s", HALF, mf.shards[0].file.name);
     llmt_manifest_clear(&mf);
     EXPECT(name[0], "no shard file that rank 1 reads and rank 0 does not, at %d ranks", size);
