@@ -15,6 +15,7 @@
 #include "model/config_json.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
+#include "util/task.h"
 
 /* The optimizer's state tensors, in file order: name suffixes. */
 static const char *const state_suffix[3] = {".exp_avg", ".exp_avg_sq", ".master"};
@@ -252,43 +253,62 @@ static char *join(const char *dir, const char *name)
     return p;
 }
 
-/* Writes one safetensors file of the checkpoint and lists it in the manifest. */
-static int write_tensors(const char *tmp, const char *file, const llmt_st_write_tensor *t,
-                         size_t n, const llmt_st_meta *meta, size_t n_meta, int sync,
-                         llmt_manifest *m)
+/* One safetensors file of the checkpoint (a task's argument). */
+typedef struct tensor_file {
+    const char *tmp, *file;
+    const llmt_st_write_tensor *t;
+    size_t n;
+    const llmt_st_meta *meta;
+    size_t n_meta;
+    int sync;
+    llmt_manifest_file *entry; /* filled once the file is written */
+} tensor_file;
+
+static int write_tensors(void *arg)
 {
-    char *path = join(tmp, file);
+    const tensor_file *w = arg;
+    char *path = join(w->tmp, w->file);
     if (!path)
         return llmt_fail(LLMT_ENOMEM, "out of memory");
     llmt_st_write_opts opts = LLMT_ST_WRITE_OPTS_INIT;
-    opts.durable = sync;
+    opts.durable = w->sync;
     llmt_st_write_result res = {0, 0, NULL, 0};
-    int rc = llmt_st_write(path, t, n, meta, n_meta, &opts, &res);
+    int rc = llmt_st_write(path, w->t, w->n, w->meta, w->n_meta, &opts, &res);
     if (!rc) {
-        llmt_manifest_file *f = &m->files[m->n_files++];
-        snprintf(f->name, sizeof f->name, "%s", file);
-        f->bytes = res.file_bytes;
-        f->xxh3 = res.xxh3;
+        snprintf(w->entry->name, sizeof w->entry->name, "%s", w->file);
+        w->entry->bytes = res.file_bytes;
+        w->entry->xxh3 = res.xxh3;
     }
     free(path);
     return rc;
 }
 
 /* Writes the files of snap other than MANIFEST into the empty directory
- * tmp, listing them in snap's manifest. */
+ * tmp, listing them in snap's manifest: the weights and the optimizer
+ * state at once (the weights on a thread of their own) where both are in
+ * host memory (device copies stay on this thread), then the user blob. */
 static int write_data(const char *tmp, ckpt_snapshot *snap, int sync)
 {
     llmt_manifest *m = &snap->manifest;
     m->n_files = 0;
     const llmt_st_meta meta[2] = {{"format", "pt"}, {"llmt.model_config", snap->model_meta_config}};
-    LLMT_TRY(write_tensors(tmp, CKPT_MODEL_FILE, snap->model_tensors, snap->n_model, meta, 2, sync, m));
-    if (snap->n_opt)
-        LLMT_TRY(write_tensors(tmp, CKPT_OPTIMIZER_FILE, snap->opt_tensors, snap->n_opt, meta, 1, sync, m));
+    tensor_file model = {tmp, CKPT_MODEL_FILE, snap->model_tensors, snap->n_model, meta, 2,
+                         sync, &m->files[0]};
+    tensor_file opt = {tmp, CKPT_OPTIMIZER_FILE, snap->opt_tensors, snap->n_opt, meta, 1, sync,
+                       &m->files[1]};
+    const int host = (!snap->n_model || !snap->model_tensors[0].fill) &&
+                     (!snap->n_opt || !snap->opt_tensors[0].fill);
+    llmt_task weights;
+    llmt_task_start(&weights, write_tensors, &model, host && snap->n_opt);
+    int rc = snap->n_opt ? write_tensors(&opt) : LLMT_OK;
+    int weights_rc = llmt_task_join(&weights); /* its message, when it failed */
+    LLMT_TRY(weights_rc ? weights_rc : rc);
+    m->n_files = snap->n_opt ? 2 : 1;
     if (snap->user_size) {
         char *path = join(tmp, CKPT_USER_FILE);
         llmt_manifest_file *f = &m->files[m->n_files];
-        int rc = path ? llmt_write_file(path, snap->user, snap->user_size, sync, &f->xxh3)
-                      : llmt_fail(LLMT_ENOMEM, "out of memory");
+        rc = path ? llmt_write_file(path, snap->user, snap->user_size, sync, &f->xxh3)
+                  : llmt_fail(LLMT_ENOMEM, "out of memory");
         free(path);
         if (rc)
             return rc;

@@ -18,6 +18,7 @@
 #include "train/dist_ckpt.h"
 #include "train/trainer_internal.h"
 #include "util/fsutil.h"
+#include "util/task.h"
 
 #define ROOT LLMT_DIST_ROOT
 #define PATH_CAP LLMT_DIST_PATH_CAP
@@ -164,15 +165,31 @@ int llmt_dist_save_open(llmt_trainer *tr, int32_t tier, llmt_dist_save *sv, char
     return rc ? discard(sv, rc) : LLMT_OK;
 }
 
+/* Rank 0's common files: the weights and the user blob. */
+static int write_common(void *arg)
+{
+    llmt_dist_save *sv = arg;
+    return llmt_ckpt_sharded_write_common(sv->dir, &sv->snap, sv->sync);
+}
+
 /* This rank's files of sv: its range of o's state, and on rank 0 the
  * weights and the user blob (no collective: an async save runs it on its
- * writer thread). */
+ * writer thread). Rank 0 writes its two large files at once, as two ranks
+ * do (the common ones on a thread of their own where the state is in host
+ * memory: device copies stay on this thread); they fill disjoint parts of
+ * sv (the snapshot's manifest; sv->mine). */
 int llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t rank,
                          int32_t size)
 {
+    const int root = rank == ROOT;
+    llmt_task common;
+    if (root)
+        llmt_task_start(&common, write_common, sv, o->model->ops->host_memory);
     int rc = llmt_ckpt_shard_write(sv->dir, o, rank, size, sv->sync, &sv->mine);
-    if (!rc && rank == ROOT)
-        rc = llmt_ckpt_sharded_write_common(sv->dir, &sv->snap, sv->sync);
+    if (root) { /* a failure of the common files is told, with its message */
+        int common_rc = llmt_task_join(&common);
+        rc = common_rc ? common_rc : rc;
+    }
     return rc ? llmt_fail_prefix(rc, "checkpoint step %lld", (long long)sv->step) : LLMT_OK;
 }
 

@@ -8,7 +8,6 @@
  * checked whole as they are read) and broadcasts them. The ranks agree on
  * the outcome: when any rank found damage, every rank goes on with the next
  * older candidate together. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #include "optim/optim_internal.h"
 #include "train/dist_ckpt.h"
 #include "train/trainer_internal.h"
+#include "util/task.h"
 
 #define ROOT LLMT_DIST_ROOT
 #define PATH_CAP LLMT_DIST_PATH_CAP
@@ -45,34 +45,29 @@ typedef struct position {
 
 /* ---- this rank's range of the optimizer state */
 
-/* A read of this rank's range, on a thread of its own when the state is
- * in host memory (else in place: device copies stay on the caller's
- * thread). It has its own copy of what it needs of the position, which the
- * next broadcast overwrites. */
+/* A read of this rank's range (the task's argument), on a thread of its
+ * own when the state is in host memory (else in place: device copies stay
+ * on the caller's thread). It has its own copy of what it needs of the
+ * position, which the next broadcast overwrites. */
 typedef struct range_read {
     llmt_optimizer *o;
     int64_t step;
     char dir[PATH_CAP];
-    pthread_t thread;
-    int on_thread;
-    int rc;
-    char error[1024]; /* its message: messages are per thread */
+    llmt_task task;
 } range_read;
 
 /* From the files of the checkpoint in rr->dir. */
-static void *read_range(void *arg)
+static int read_range(void *arg)
 {
     range_read *rr = arg;
     char label[PATH_CAP + 16];
     snprintf(label, sizeof label, "checkpoint %s", rr->dir);
     llmt_manifest mf;
-    rr->rc = llmt_ckpt_read_manifest_at(rr->dir, label, rr->step, &mf);
-    if (!rr->rc && (rr->rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
-        llmt_fail_prefix(rr->rc, "%s", label);
+    int rc = llmt_ckpt_read_manifest_at(rr->dir, label, rr->step, &mf);
+    if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
+        llmt_fail_prefix(rc, "%s", label);
     llmt_manifest_clear(&mf);
-    if (rr->rc)
-        snprintf(rr->error, sizeof rr->error, "%s", llmt_error_last());
-    return NULL;
+    return rc;
 }
 
 static void range_read_start(range_read *rr, llmt_optimizer *o, const position *pos)
@@ -80,18 +75,7 @@ static void range_read_start(range_read *rr, llmt_optimizer *o, const position *
     rr->o = o;
     rr->step = pos->found;
     memcpy(rr->dir, pos->dir, sizeof rr->dir);
-    rr->on_thread = o->model->ops->host_memory &&
-                    pthread_create(&rr->thread, NULL, read_range, rr) == 0;
-    if (!rr->on_thread) /* device memory, or no thread to be had */
-        read_range(rr);
-}
-
-/* Waits for the read; its status, its message raised on this thread. */
-static int range_read_join(range_read *rr)
-{
-    if (rr->on_thread)
-        pthread_join(rr->thread, NULL);
-    return rr->rc ? llmt_fail(rr->rc, "%s", rr->error) : LLMT_OK;
+    llmt_task_start(&rr->task, read_range, rr, o->model->ops->host_memory);
 }
 
 /* ---- rank 0's part of a candidate */
@@ -228,7 +212,7 @@ static int load_everywhere(llmt_trainer *tr, position *pos, search *sr)
     char why[1024] = "";
     if (rc)
         snprintf(why, sizeof why, "%s", llmt_error_last());
-    int mine = range_read_join(&rr);
+    int mine = llmt_task_join(&rr.task);
     if (rc)
         return llmt_fail(rc, "%s", why);
     if (!sr)

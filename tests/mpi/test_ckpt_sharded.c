@@ -198,26 +198,31 @@ static void check_manifest(const char *ckpt, const run *r)
     EXPECT(at == r->model->num_params, "ranges end at %lld", (long long)at);
 }
 
-/* A save that fails on rank 2 (its file size limit) fails on every rank,
- * naming rank 2 elsewhere, and leaves neither the step nor a temporary
- * directory: step 10 stays the newest. */
-static void test_failed_save(const char *ckpt, run *r)
+/* A save that fails on one rank (its file size limit, `limit` bytes)
+ * fails on every rank, naming that rank elsewhere and its optimizer file
+ * there, and leaves neither the step nor a temporary directory: step 10
+ * stays the newest. On rank 0 the limit lets the weights file through
+ * while its optimizer file, written at the same time, fails. */
+static void test_failed_save(const char *ckpt, run *r, int victim, rlim_t limit)
 {
-    struct rlimit old, tiny = {1024, 1024};
+    struct rlimit old, tiny = {limit, limit};
     getrlimit(RLIMIT_FSIZE, &old);
     tiny.rlim_max = old.rlim_max;
-    if (rank == 2) {
+    if (rank == victim) {
         signal(SIGXFSZ, SIG_IGN);
         setrlimit(RLIMIT_FSIZE, &tiny);
     }
     int rc = llmt_trainer_save(r->tr, LLMT_CKPT_DURABLE);
-    if (rank == 2)
+    if (rank == victim)
         setrlimit(RLIMIT_FSIZE, &old);
-    EXPECT(rc != LLMT_OK, "a save failing on rank 2 succeeded here");
-    EXPECT(rank == 2 || strstr(llmt_error_last(), "rank 2"), "the message does not name rank 2: %s",
-           llmt_error_last());
-    EXPECT(rank != 2 || strstr(llmt_error_last(), "optimizer-00003-of-00004"),
-           "rank 2's message does not name its file: %s", llmt_error_last());
+    char who[32], file[64];
+    snprintf(who, sizeof who, "rank %d", victim);
+    snprintf(file, sizeof file, "optimizer-%05d-of-%05d", victim + 1, size);
+    EXPECT(rc != LLMT_OK, "a save failing on rank %d succeeded here", victim);
+    EXPECT(rank == victim || strstr(llmt_error_last(), who),
+           "the message does not name rank %d: %s", victim, llmt_error_last());
+    EXPECT(rank != victim || strstr(llmt_error_last(), file),
+           "rank %d's message does not name its file: %s", victim, llmt_error_last());
     if (rank == 0) {
         char cmd[1200];
         snprintf(cmd, sizeof cmd, "test \"$(ls '%s' | grep -c -v -e '^step-00000005$' -e "
@@ -260,7 +265,17 @@ static void do_save(const char *dir, llmt_comm *comm)
     train(&r, STEPS - HALF, NULL);
     snprintf(path, sizeof path, "%s/final.bin", dir);
     dump(path, &r);
-    test_failed_save(ckpt, &r);
+    test_failed_save(ckpt, &r, 2, 1024);
+    /* Rank 0: a limit between its two files' sizes at step 10 (the bf16
+     * weights are the smaller): the weights fit, its optimizer range not. */
+    struct stat weights, range;
+    snprintf(path, sizeof path, "%s/step-%08d/model.safetensors", ckpt, HALF);
+    EXPECT(stat(path, &weights) == 0, "no %s", path);
+    snprintf(path, sizeof path, "%s/step-%08d/optimizer-00001-of-%05d.safetensors", ckpt, HALF,
+             size);
+    EXPECT(stat(path, &range) == 0 && weights.st_size + 1024 < range.st_size,
+           "%s is not larger than the weights file", path);
+    test_failed_save(ckpt, &r, 0, (rlim_t)(weights.st_size + range.st_size) / 2);
     run_close(&r);
 }
 
