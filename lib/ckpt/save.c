@@ -284,25 +284,28 @@ static int write_tensors(void *arg)
 }
 
 /* Writes the files of snap other than MANIFEST into the empty directory
- * tmp, listing them in snap's manifest: the weights and the optimizer
- * state at once (the weights on a thread of their own) where both are in
- * host memory (device copies stay on this thread), then the user blob. */
+ * tmp, listing them in snap's manifest: the optimizer state (on a thread
+ * of its own) and the weights at once where both are in host memory,
+ * else one after the other (device copies stay on this thread; a failure
+ * stops there); then the user blob. */
 static int write_data(const char *tmp, ckpt_snapshot *snap, int sync)
 {
     llmt_manifest *m = &snap->manifest;
     m->n_files = 0;
     const llmt_st_meta meta[2] = {{"format", "pt"}, {"llmt.model_config", snap->model_meta_config}};
-    tensor_file model = {tmp, CKPT_MODEL_FILE, snap->model_tensors, snap->n_model, meta, 2,
-                         sync, &m->files[0]};
+    tensor_file model = {tmp, CKPT_MODEL_FILE, snap->model_tensors, snap->n_model, meta, 2, sync,
+                         &m->files[0]};
     tensor_file opt = {tmp, CKPT_OPTIMIZER_FILE, snap->opt_tensors, snap->n_opt, meta, 1, sync,
                        &m->files[1]};
     const int host = (!snap->n_model || !snap->model_tensors[0].fill) &&
                      (!snap->n_opt || !snap->opt_tensors[0].fill);
-    llmt_task weights;
-    llmt_task_start(&weights, write_tensors, &model, host && snap->n_opt);
-    int rc = snap->n_opt ? write_tensors(&opt) : LLMT_OK;
-    int weights_rc = llmt_task_join(&weights); /* its message, when it failed */
-    LLMT_TRY(weights_rc ? weights_rc : rc);
+    llmt_task state;
+    if (snap->n_opt)
+        llmt_task_start(&state, write_tensors, &opt, host);
+    const int stopped = snap->n_opt && !state.on_thread && state.rc; /* written here, failed */
+    int rc = stopped ? LLMT_OK : write_tensors(&model);
+    int state_rc = snap->n_opt ? llmt_task_join(&state) : LLMT_OK; /* its message, if failed */
+    LLMT_TRY(state_rc ? state_rc : rc);
     m->n_files = snap->n_opt ? 2 : 1;
     if (snap->user_size) {
         char *path = join(tmp, CKPT_USER_FILE);

@@ -5,10 +5,6 @@
 #include "llmt/common.h"
 #include "core/error.h"
 
-/* Room for a message naming several files (llmt_ckpt_latest names every
- * checkpoint it refused). */
-#define LLMT_ERROR_CAP 4096
-
 static _Thread_local char error_message[LLMT_ERROR_CAP];
 
 int llmt_vfail(int code, const char *fmt, va_list ap)

@@ -4,6 +4,11 @@
 
 #include <stdarg.h>
 
+/* Bytes of a thread's message, its terminating zero included: room for a
+ * message naming several files (llmt_ckpt_latest names every checkpoint it
+ * refused). */
+#define LLMT_ERROR_CAP 4096
+
 /* Records a formatted message for llmt_error_last() and returns code, so a
  * failing path reads `return llmt_fail(LLMT_EINVAL, "...", ...);`. */
 int llmt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

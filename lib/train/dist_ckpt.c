@@ -165,31 +165,37 @@ int llmt_dist_save_open(llmt_trainer *tr, int32_t tier, llmt_dist_save *sv, char
     return rc ? discard(sv, rc) : LLMT_OK;
 }
 
-/* Rank 0's common files: the weights and the user blob. */
-static int write_common(void *arg)
+/* This rank's range of the optimizer state (a task's argument). */
+typedef struct range_write {
+    llmt_dist_save *sv;
+    const llmt_optimizer *o;
+    int32_t rank, size;
+} range_write;
+
+static int write_range(void *arg)
 {
-    llmt_dist_save *sv = arg;
-    return llmt_ckpt_sharded_write_common(sv->dir, &sv->snap, sv->sync);
+    const range_write *w = arg;
+    return llmt_ckpt_shard_write(w->sv->dir, w->o, w->rank, w->size, w->sv->sync, &w->sv->mine);
 }
 
 /* This rank's files of sv: its range of o's state, and on rank 0 the
  * weights and the user blob (no collective: an async save runs it on its
- * writer thread). Rank 0 writes its two large files at once, as two ranks
- * do (the common ones on a thread of their own where the state is in host
- * memory: device copies stay on this thread); they fill disjoint parts of
- * sv (the snapshot's manifest; sv->mine). */
+ * writer thread). Rank 0 writes its range (on a thread of its own) and the
+ * common files at once, as two ranks do, where the state is in host memory
+ * (device copies would stay on this thread, one file after the other);
+ * they fill disjoint parts of sv (sv->mine; the snapshot's manifest). */
 int llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t rank,
                          int32_t size)
 {
-    const int root = rank == ROOT;
-    llmt_task common;
-    if (root)
-        llmt_task_start(&common, write_common, sv, o->model->ops->host_memory);
-    int rc = llmt_ckpt_shard_write(sv->dir, o, rank, size, sv->sync, &sv->mine);
-    if (root) { /* a failure of the common files is told, with its message */
-        int common_rc = llmt_task_join(&common);
-        rc = common_rc ? common_rc : rc;
-    }
+    range_write w = {sv, o, rank, size};
+    llmt_task range;
+    llmt_task_start(&range, write_range, &w, rank == ROOT && o->model->ops->host_memory);
+    const int stopped = !range.on_thread && range.rc; /* written here, failed */
+    int rc = rank == ROOT && !stopped
+                 ? llmt_ckpt_sharded_write_common(sv->dir, &sv->snap, sv->sync)
+                 : LLMT_OK;
+    int range_rc = llmt_task_join(&range); /* its message, when it failed */
+    rc = range_rc ? range_rc : rc;
     return rc ? llmt_fail_prefix(rc, "checkpoint step %lld", (long long)sv->step) : LLMT_OK;
 }
 

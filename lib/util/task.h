@@ -5,13 +5,15 @@
 
 #include <pthread.h>
 
+#include "core/error.h"
+
 typedef struct llmt_task {
     int (*fn)(void *arg);
     void *arg;
     pthread_t thread;
     int on_thread;
     int rc;
-    char error[1024];
+    char error[LLMT_ERROR_CAP];
 } llmt_task;
 
 /* Runs fn(arg) on a new thread when `threaded` (and a thread can be had),

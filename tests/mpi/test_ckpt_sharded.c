@@ -202,7 +202,8 @@ static void check_manifest(const char *ckpt, const run *r)
  * fails on every rank, naming that rank elsewhere and its optimizer file
  * there, and leaves neither the step nor a temporary directory: step 10
  * stays the newest. On rank 0 the limit lets the weights file through
- * while its optimizer file, written at the same time, fails. */
+ * while its optimizer file, written at the same time on a thread of its
+ * own, fails. */
 static void test_failed_save(const char *ckpt, run *r, int victim, rlim_t limit)
 {
     struct rlimit old, tiny = {limit, limit};

@@ -331,6 +331,52 @@ static void test_async_isolation(void **state)
 
 /* ---- rotation and tiers */
 
+/* The optimizer state's file, written on a thread of its own while the
+ * weights are written here, fails alone (a file size limit between the two
+ * files' sizes): the save fails naming it, and leaves neither the step nor
+ * a temporary directory. */
+static void test_failed_state_file(void **state)
+{
+    (void)state;
+    fresh_stores();
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 3, 0);
+    fixture_train(&f, 1, NULL);
+    llmt_train_state st = fixture_state(&f);
+    assert_int_equal(llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE), LLMT_OK);
+    char path[600];
+    struct stat weights, opt;
+    snprintf(path, sizeof path, "%s/step-00000001/model.safetensors", dirs.store);
+    assert_int_equal(stat(path, &weights), 0);
+    snprintf(path, sizeof path, "%s/step-00000001/optimizer.safetensors", dirs.store);
+    assert_int_equal(stat(path, &opt), 0);
+    assert_true(weights.st_size + 1024 < opt.st_size); /* fp32: moments twice the weights */
+
+    fixture_train(&f, 1, NULL);
+    st = fixture_state(&f);
+    struct rlimit old, between;
+    getrlimit(RLIMIT_FSIZE, &old);
+    between.rlim_cur = (rlim_t)(weights.st_size + opt.st_size) / 2;
+    between.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &between), 0);
+    int rc = llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE);
+    setrlimit(RLIMIT_FSIZE, &old);
+    assert_int_equal(rc, LLMT_EIO);
+    assert_contains(llmt_error_last(), "optimizer.safetensors");
+    int64_t steps[4];
+    size_t n = 0;
+    assert_int_equal(llmt_ckpt_list(s, LLMT_CKPT_DURABLE, steps, 4, &n), LLMT_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(steps[0], 1);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c tmp > /dev/null", dirs.store);
+    assert_int_not_equal(system(cmd), 0);
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+}
+
 static void test_rotation_and_tiers(void **state)
 {
     (void)state;
@@ -510,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_bit_exact_resume),
         cmocka_unit_test(test_corruption_fails_closed),
         cmocka_unit_test(test_async_isolation),
+        cmocka_unit_test(test_failed_state_file),
         cmocka_unit_test(test_rotation_and_tiers),
         cmocka_unit_test(test_leftovers_and_mismatches),
         cmocka_unit_test(test_format_by_hand),
