@@ -66,6 +66,7 @@ static llmt_backend_ops make_cuda_ops(void)
     o.grad_stats = llmt_cuda_grad_stats;
     o.grad_stats_blocks = llmt_cuda_grad_stats_blocks;
     o.adamw = llmt_cuda_adamw;
+    o.accumulate = llmt_cuda_accumulate;
     return o;
 }
 

@@ -198,5 +198,7 @@ int llmt_cuda_grad_stats_blocks(llmt_device *dev, const void *g, int64_t n, int 
                                 int64_t block, double *partials, int64_t *nonfinite,
                                 void *scratch);
 int llmt_cuda_adamw(llmt_device *dev, const llmt_adamw_args *args);
+/* sum (fp32) += x (dtype dt) widened, over n elements (ops.h's accumulate). */
+int llmt_cuda_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n, int dt);
 
 #endif

@@ -24,6 +24,8 @@
 const size_t llmt_cuda_optim_scratch_bytes =
     (GS_SCRATCH > GSB_SCRATCH ? GS_SCRATCH : GSB_SCRATCH) + LLMT_CUDA_ALIGN;
 
+/* Block blockIdx.x's contiguous range of g: the sum of the exact double
+ * squares of (factor g) (no fp32 square to overflow) and the non-finite count. */
 template <typename T>
 __global__ void __launch_bounds__(GS_THREADS)
     grad_stats_kernel(const T *g, int64_t n, float factor, double *part, long long *bad)
@@ -36,7 +38,8 @@ __global__ void __launch_bounds__(GS_THREADS)
     for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
         const float x = to_f32(g[i]) * factor;
         count += (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
-        acc += (double)(x * x);
+        const double xd = x;
+        acc += xd * xd;
     }
     acc = block_sum(acc, red_d);
     count = block_sum(count, red_i);
@@ -244,5 +247,26 @@ int llmt_cuda_adamw(llmt_device *dev, const llmt_adamw_args *a)
                               a->master ? " with master weights" : "",
                               a->stochastic ? " with stochastic rounding" : "");
     LLMT_CUDA_LAUNCHED(dev, "adamw");
+    return LLMT_OK;
+}
+
+/* ---- the fp32 gradient sum (ops.h's accumulate) */
+
+template <typename T> __global__ void accumulate_kernel(float *sum, const T *x, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        sum[i] += to_f32(x[i]);
+}
+
+int llmt_cuda_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n, int dt)
+{
+    LLMT_CUDA_CHECK_DT(dev, dt, "accumulate");
+    if (n <= 0)
+        return LLMT_OK;
+    LLMT_CUDA_DISPATCH(dt, T,
+                       LLMT_LAUNCH(llmt_cuda_blocks(n, 256), 256, llmt_cuda(dev)->stream,
+                                   accumulate_kernel<T>)(sum, (const T *)x, n));
+    LLMT_CUDA_LAUNCHED(dev, "accumulate");
     return LLMT_OK;
 }

@@ -24,12 +24,19 @@ __global__ void embedding_fwd_kernel(T *out, const T *table, const int32_t *ids,
     }
 }
 
-/* dtable[ids[i]] += dout[i] in token order, as the CPU: the block of token i
- * does nothing unless i is the first occurrence of its id; then it walks
- * the later tokens in order (256 at a time, found with ballots) and adds
- * each match's row, every thread owning the same columns throughout, so
- * each element is a chain of adds in token order, rounded to the dtype
- * after each add like the CPU. Blocks own distinct rows: no atomics. */
+/* Columns of a row that an embedding_bwd block sums at once: each thread
+ * holds EMB_PER_THREAD of them in fp32 registers. */
+#define EMB_TILE 4096
+#define EMB_PER_THREAD (EMB_TILE / ROW_THREADS)
+
+/* dtable[ids[i]] += dout[i], each element the fp32 sum of its row's value
+ * and its tokens' dout in token order, rounded to the dtype once, as the
+ * CPU: the block of token i does nothing unless i is the first occurrence
+ * of its id; then, per tile of EMB_TILE columns, its threads widen their
+ * columns of the row, walk the later tokens in order (256 at a time, found
+ * with ballots) adding each match's columns, and store the rounded sums.
+ * Thread t owns columns t + k ROW_THREADS of the tile throughout, and
+ * blocks own distinct rows: no atomics, the same bits for any grid. */
 template <typename T>
 __global__ void __launch_bounds__(ROW_THREADS)
     embedding_bwd_kernel(T *dtable, const T *dout, const int32_t *ids, int64_t m, int64_t d)
@@ -43,19 +50,38 @@ __global__ void __launch_bounds__(ROW_THREADS)
         if (__syncthreads_or(earlier))
             continue; /* block-uniform */
         T *row = dtable + (int64_t)id * d;
-        for (int64_t t0 = i; t0 < m; t0 += ROW_THREADS) {
-            int64_t j = t0 + threadIdx.x;
-            unsigned mask = __ballot_sync(0xffffffffu, j < m && ids[j] == id);
-            if ((threadIdx.x & 31) == 0)
-                masks[threadIdx.x >> 5] = mask;
-            __syncthreads();
-            for (int w = 0; w < ROW_THREADS / 32; w++)
-                for (unsigned bits = masks[w]; bits; bits &= bits - 1) {
-                    const T *src = dout + (t0 + 32 * w + (__ffs((int)bits) - 1)) * d;
-                    for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-                        row[c] = from_f32<T>(to_f32(row[c]) + to_f32(src[c]));
-                }
-            __syncthreads(); /* before masks is written again */
+        for (int64_t tile = 0; tile < d; tile += EMB_TILE) {
+            const int64_t c0 = tile + threadIdx.x;
+            float acc[EMB_PER_THREAD];
+#pragma unroll
+            for (int k = 0; k < EMB_PER_THREAD; k++) {
+                const int64_t c = c0 + k * ROW_THREADS;
+                acc[k] = c < d ? to_f32(row[c]) : 0.0f;
+            }
+            for (int64_t t0 = i; t0 < m; t0 += ROW_THREADS) {
+                int64_t j = t0 + threadIdx.x;
+                unsigned mask = __ballot_sync(0xffffffffu, j < m && ids[j] == id);
+                if ((threadIdx.x & 31) == 0)
+                    masks[threadIdx.x >> 5] = mask;
+                __syncthreads();
+                for (int w = 0; w < ROW_THREADS / 32; w++)
+                    for (unsigned bits = masks[w]; bits; bits &= bits - 1) {
+                        const T *src = dout + (t0 + 32 * w + (__ffs((int)bits) - 1)) * d;
+#pragma unroll
+                        for (int k = 0; k < EMB_PER_THREAD; k++) {
+                            const int64_t c = c0 + k * ROW_THREADS;
+                            if (c < d)
+                                acc[k] += to_f32(src[c]);
+                        }
+                    }
+                __syncthreads(); /* before masks is written again */
+            }
+#pragma unroll
+            for (int k = 0; k < EMB_PER_THREAD; k++) {
+                const int64_t c = c0 + k * ROW_THREADS;
+                if (c < d)
+                    row[c] = from_f32<T>(acc[k]);
+            }
         }
     }
 }

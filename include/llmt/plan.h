@@ -37,9 +37,9 @@ typedef struct llmt_plan_config {
                                   needs with_optimizer = 1) */
     int32_t rank;              /* -1: the rank with the largest peak (default); else 0..N-1 */
     int32_t batch_size;        /* the global batch, >= micro_batch; 0: micro_batch (default) */
-    int32_t ordered_accumulation; /* 1: a slicer in LLMT_ACCUMULATE_ORDERED (one more
-                                     gradient buffer when batch_size > micro_batch); counted
-                                     only with world_size 0 */
+    int32_t ordered_accumulation; /* 1: a slicer in LLMT_ACCUMULATE_ORDERED (an fp32
+                                     gradient sum, 4 bytes a parameter, when batch_size >
+                                     micro_batch); counted only with world_size 0 */
     /* version 3: the optimizer's placement (llmt_optimizer_set_offload); needs
        with_optimizer = 1 and world_size 0 unless offload_parts is NONE */
     int32_t offload_parts;     /* llmt_offload_part: LLMT_OFFLOAD_NONE (default),
@@ -81,7 +81,8 @@ typedef struct llmt_plan {
 /* Plans cfg for the backend and thread count of ctx. With cfg->world_size
  * N >= 1 the plan is one rank's: the model as without, plus the sharded
  * optimizer's moments and master weights for the rank's range, its
- * gradient sum (GRADIENTS) and exchange buffer (WORKSPACE). With
+ * gradient sum (GRADIENTS, fp32 in every mode) and exchange buffer
+ * (WORKSPACE). With
  * cfg->offload_parts = LLMT_OFFLOAD_OPTIMIZER the state of the prefix chosen
  * by cfg->offload_layers is in HOST_STATE (with, on a backend whose memory
  * the host cannot read, two transfer staging buffers) and only the rest in

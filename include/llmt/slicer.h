@@ -2,7 +2,9 @@
  * b sequences (the last may be smaller), accumulating into the model's
  * gradients, with the loss normalised over the global count of counted
  * targets. The gradient equals that of the unsliced batch up to fp32
- * summation order; only the activations of one micro-batch exist at once. */
+ * summation order (and, in the 16-bit modes with in-place accumulation,
+ * the rounding after each micro-batch); only the activations of one
+ * micro-batch exist at once. */
 #ifndef LLMT_SLICER_H
 #define LLMT_SLICER_H
 
@@ -31,14 +33,20 @@ LLMT_API int32_t llmt_slicer_micro_batch(const llmt_slicer *slicer);
 /* How the micro-batches' gradients are summed. */
 typedef enum llmt_accumulation {
     /* Each micro-batch's backward adds into the model's gradients (no
-     * extra memory; the default). */
+     * extra memory; the default). In the 16-bit modes the gradients are
+     * stored in bf16 or fp16, so the sum is rounded to that dtype after
+     * every micro-batch: k micro-batches round k times, and contributions
+     * small against the running sum lose bits. */
     LLMT_ACCUMULATE_IN_PLACE = 0,
     /* Each micro-batch's gradient is computed alone, then added to a sum in
      * micro-batch order: the bits of a data-parallel run in
-     * LLMT_REDUCE_DETERMINISTIC at any world size. Costs one more gradient
-     * buffer (GRADIENTS) while a batch has more than one micro-batch. Not
-     * built with gradient offload (LLMT_OFFLOAD_GRADS): such a batch is
-     * refused with LLMT_EUNSUPPORTED. */
+     * LLMT_REDUCE_DETERMINISTIC at any world size. The sum is fp32 in every
+     * mode (it starts as the gradients held, widened) and the model's
+     * gradients receive it rounded once (to nearest even) at the end of the
+     * batch. Costs one fp32 gradient buffer, 4 bytes a parameter
+     * (GRADIENTS), while a batch has more than one micro-batch. Not built
+     * with gradient offload (LLMT_OFFLOAD_GRADS): such a batch is refused
+     * with LLMT_EUNSUPPORTED. */
     LLMT_ACCUMULATE_ORDERED = 1
 } llmt_accumulation;
 

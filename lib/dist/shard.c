@@ -23,6 +23,6 @@ void llmt_shard_buffer_sizes(int64_t num_params, int32_t size, int32_t rank, siz
     llmt_shard_range(num_params, size, rank, &first, &end);
     int64_t owned = end - first, window = llmt_exchange_window(size, grad_size);
     int64_t per_sender = owned < window ? owned : window;
-    *grad_sum_bytes = (size_t)owned * grad_size;
+    *grad_sum_bytes = (size_t)owned * sizeof(float);
     *recv_bytes = (size_t)per_sender * (size_t)size * grad_size;
 }

@@ -28,7 +28,8 @@ int64_t llmt_exchange_window(int32_t size, size_t elem_size);
 
 /* Bytes a sharded optimizer allocates on rank (see llmt_optimizer_sizes for
  * the moments and master weights of `owned` elements): the owner's gradient
- * sum (GRADIENTS) and the exchange receive buffer (WORKSPACE). */
+ * sum, fp32 whatever grad_size (GRADIENTS), and the exchange receive buffer
+ * of grad_size-byte gradients (WORKSPACE). */
 void llmt_shard_buffer_sizes(int64_t num_params, int32_t size, int32_t rank, size_t grad_size,
                              size_t *grad_sum_bytes, size_t *recv_bytes);
 

@@ -163,8 +163,8 @@ static int upgrade_plan_config(const llmt_plan_config *in, llmt_plan_config *out
 }
 
 /* What a sharded optimizer allocates on one rank (llmt_optimizer_create_sharded):
- * moments and master weights for its range, the owner's gradient sum and the
- * exchange receive buffer. */
+ * moments and master weights for its range, the owner's gradient sum (fp32)
+ * and the exchange receive buffer. */
 typedef struct shard_bytes {
     int64_t first, end;
     uint64_t optimizer, grad_sum, recv;
@@ -247,13 +247,15 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
      * bucket on the device (grad_split and bucket are 0 without it). */
     host_state += (uint64_t)n.grad_split * e;
     /* Without a communicator, an ordered slicer sums each micro-batch's
-     * gradient into one more buffer when the batch has more than one. */
+     * gradient into one more buffer, fp32 in every mode (slicer.c), when
+     * the batch has more than one. */
     int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
     int extra_grads = c->world_size == 0 && c->ordered_accumulation && batch > c->micro_batch;
     memset(out->bytes, 0, sizeof out->bytes);
     out->bytes[LLMT_MEM_PARAMS] = (uint64_t)params * e;
     out->bytes[LLMT_MEM_GRADS] = (uint64_t)(params - n.grad_split + n.bucket) * e +
-                                 (extra_grads ? (uint64_t)params * e : 0) + shard.grad_sum;
+                                 (extra_grads ? (uint64_t)params * sizeof(float) : 0) +
+                                 shard.grad_sum;
     out->bytes[LLMT_MEM_OPTIMIZER] = shard.optimizer;
     out->bytes[LLMT_MEM_HOST_STATE] = host_state;
     out->bytes[LLMT_MEM_ACTIVATIONS] = lay.act_bytes;

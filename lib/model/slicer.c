@@ -11,8 +11,10 @@ struct llmt_slicer {
     llmt_model *model;
     int32_t micro_batch;
     int32_t accumulation; /* llmt_accumulation */
-    /* Ordered accumulation: the buffer the micro-batches' gradients are
-     * added to, then swapped with the model's gradients (GRADIENTS). */
+    /* Ordered accumulation: the num_params fp32 values the micro-batches'
+     * gradients are added to (GRADIENTS). At the end of a batch it is
+     * swapped with the model's gradients in fp32, and rounded once into
+     * them in the 16-bit modes. */
     llmt_buf sum;
 };
 
@@ -81,6 +83,34 @@ static int64_t counted(const int32_t *targets, int64_t n)
     return c;
 }
 
+/* Ordered accumulation over several micro-batches starts: the sum (fp32,
+ * allocated at first use) holds the model's gradients as they are now. */
+static int ordered_begin(llmt_slicer *s)
+{
+    llmt_model *m = s->model;
+    LLMT_TRY(llmt_grads_ensure(m));
+    if (!s->sum.ptr)
+        LLMT_TRY(llmt_buf_alloc(m->ctx, &s->sum, LLMT_MEM_GRADS,
+                                (size_t)m->num_params * sizeof(float), "ordered gradient sum"));
+    if (m->dt == LLMT_DTYPE_F32)
+        return m->ops->copy_on_device(m->dev, s->sum.ptr, m->grads.ptr, m->grads.bytes);
+    return m->ops->cast(m->dev, s->sum.ptr, LLMT_DTYPE_F32, m->grads.ptr, m->dt, m->num_params);
+}
+
+/* The sum becomes the model's gradients: swapped in for fp32, else rounded
+ * to the model's dtype once (to nearest even). */
+static int ordered_end(llmt_slicer *s)
+{
+    llmt_model *m = s->model;
+    if (m->dt != LLMT_DTYPE_F32)
+        return m->ops->cast(m->dev, m->grads.ptr, m->dt, s->sum.ptr, LLMT_DTYPE_F32,
+                            m->num_params);
+    llmt_buf t = m->grads;
+    m->grads = s->sum;
+    s->sum = t;
+    return LLMT_OK;
+}
+
 int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const int32_t *targets,
                                  int32_t batch, int32_t seq_len, double grad_scale, double *loss)
 {
@@ -103,6 +133,8 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
                          "the ordered sum needs every gradient on the device; use "
                          "LLMT_ACCUMULATE_IN_PLACE or offload the optimizer only",
                          fn, (batch + b - 1) / b, b);
+    if (!ordered) /* a batch in one micro-batch holds no sum (as planned) */
+        llmt_buf_free(m->ctx, &s->sum);
     /* Exactly one micro-batch's arena: a smaller last slice runs inside it. */
     if (!m->have_arena || m->layout.batch != b || m->layout.seq != seq_len ||
         memcmp(m->arena_flags, m->rc_flags, (size_t)m->dims.layers) != 0) {
@@ -112,12 +144,7 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
     }
     int64_t total = counted(targets, (int64_t)batch * seq_len);
     if (ordered)
-        LLMT_TRY(llmt_grads_ensure(m));
-    if (ordered && !s->sum.ptr)
-        LLMT_TRY(llmt_buf_alloc(m->ctx, &s->sum, LLMT_MEM_GRADS, m->grads.bytes,
-                                "ordered gradient sum"));
-    if (ordered)
-        LLMT_TRY(m->ops->copy_on_device(m->dev, s->sum.ptr, m->grads.ptr, m->grads.bytes));
+        LLMT_TRY(ordered_begin(s));
     double loss_sum = 0.0;
     for (int32_t first = 0; first < batch; first += b) {
         int32_t rows = batch - first < b ? batch - first : b;
@@ -129,16 +156,13 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
                                              grad_scale, total > 0 ? (double)total : 1.0,
                                              &slice_loss);
         if (!rc && ordered)
-            rc = m->ops->add(m->dev, s->sum.ptr, m->grads.ptr, m->num_params, m->dt);
+            rc = m->ops->accumulate(m->dev, s->sum.ptr, m->grads.ptr, m->num_params, m->dt);
         if (rc)
             return rc;
         loss_sum += slice_loss * (double)counted(targets + off, (int64_t)rows * seq_len);
     }
-    if (ordered) { /* the sum becomes the model's gradients */
-        llmt_buf t = m->grads;
-        m->grads = s->sum;
-        s->sum = t;
-    }
+    if (ordered)
+        LLMT_TRY(ordered_end(s));
     if (loss)
         *loss = total > 0 ? loss_sum / (double)total : 0.0;
     return LLMT_OK;

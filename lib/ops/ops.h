@@ -15,7 +15,7 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 8
+#define LLMT_BACKEND_ABI 9
 
 typedef struct llmt_device llmt_device;
 
@@ -112,7 +112,10 @@ typedef struct llmt_backend_ops {
     /* out[i] = table[ids[i]] for i < m; rows of d. */
     int (*embedding_fwd)(llmt_device *dev, void *out, const void *table, const int32_t *ids,
                          int64_t m, int64_t d, int dt);
-    /* dtable[ids[i]] += dout[i], accumulated in token order. */
+    /* dtable[ids[i]] += dout[i]: each element is its value widened to fp32
+     * plus the dout of every token naming its row, added in token order in
+     * fp32, rounded to the dtype once (so many small contributions to a
+     * frequent id are not lost); the same bits for any thread count. */
     int (*embedding_bwd)(llmt_device *dev, void *dtable, const void *dout, const int32_t *ids,
                          int64_t m, int64_t d, int dt);
 
@@ -164,16 +167,18 @@ typedef struct llmt_backend_ops {
 
     /* Bytes of scratch the optimizer ops need (allocated by the optimizer). */
     size_t optim_scratch_bytes;
-    /* One pass over gradients: sum of (factor g)^2 in double and the count
-     * of non-finite (factor g). */
+    /* One pass over gradients: the sum of (factor g)^2 and the count of
+     * non-finite (factor g); factor g is rounded to fp32, then squared and
+     * summed in double (a finite value's square cannot overflow). */
     int (*grad_stats)(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
                       double *sumsq, int64_t *nonfinite, void *scratch);
     /* Per block of `block` elements of g (the last may be shorter): the sum
-     * of (factor g)^2 in double into host partials[i], and the count of
-     * non-finite (factor g) in all. Block i's partial has the same bits for
-     * any thread count, and whether g is the whole buffer or a sub-range
-     * starting at a multiple of `block` (so a buffer split at such points
-     * gives the whole buffer's partials). scratch: optim_scratch_bytes of
+     * of (factor g)^2, squared and summed in double as in grad_stats, into
+     * host partials[i], and the count of non-finite (factor g) in all.
+     * Block i's partial has the same bits for any thread count, and whether
+     * g is the whole buffer or a sub-range starting at a multiple of
+     * `block` (so a buffer split at such points gives the whole buffer's
+     * partials). scratch: optim_scratch_bytes of
      * device memory (the CPU ignores it); returns once partials are written.
      * NULL where the backend has none (then no sharded optimizer). */
     int (*grad_stats_blocks)(llmt_device *dev, const void *g, int64_t n, int dt, float factor,
@@ -194,6 +199,12 @@ typedef struct llmt_backend_ops {
     /* Scratch bytes attention_kv_fwd needs for a cache of up to a->seq
      * positions with num_threads threads (NULL with attention_kv_fwd). */
     size_t (*attention_kv_scratch_bytes)(const llmt_attn_dims *a, int num_threads);
+
+    /* sum[i] += x[i] over n elements: sum is fp32, x of dtype dt widened to
+     * fp32, one fp32 addition per element (the same bits on every backend
+     * and thread count). The ordered slicer's and the sharded owner's fp32
+     * gradient sums are built with it, in every mode. */
+    int (*accumulate)(llmt_device *dev, float *sum, const void *x, int64_t n, int dt);
 } llmt_backend_ops;
 
 /* A backend instance; each backend embeds this first in its own state. */

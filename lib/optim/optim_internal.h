@@ -43,7 +43,12 @@ struct llmt_optimizer {
     int64_t *bounds;       /* size + 1 element bounds of the ranks' ranges */
     int64_t *block_bounds; /* the same in granules */
     int64_t *tensor_bounds; /* scratch: the ranks' parts of one tensor (get_state) */
-    llmt_buf grad_sum;     /* the owner's gradient sum over [first, end) */
+    /* The owner's gradient sum over [first, end): end - first fp32 values
+     * the contributions are added to. The norm and AdamW read it in the
+     * model's dtype: in the 16-bit modes llmt_optimizer_sharded_stats first
+     * rounds it in place, so that its first (end - first) x 2 bytes hold
+     * the sum as bf16 or fp16. */
+    llmt_buf grad_sum;
     llmt_buf recv;         /* exchange receive buffer */
     int grads_reduced;     /* grad_sum holds this step's gradient */
 };
@@ -112,13 +117,24 @@ int llmt_optimizer_reduce_begin(llmt_optimizer *o);
 
 /* One round of the reduction: every rank i with present[i] sends the
  * model's gradients of each owner's range, and each owner adds what it
- * receives to its gradient sum in rank order (collective). */
+ * receives to its gradient sum in rank order, in fp32 (collective). */
 int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present);
 
-/* The sharded part of a step: the global norm from every rank's partials
- * (*sumsq, *nonfinite agreed by all ranks), computed on grad_sum. */
+/* The sharded part of a step: in the 16-bit modes the fp32 grad_sum
+ * rounded once to the model's dtype (in place), then the global norm from
+ * every rank's partials (*sumsq, *nonfinite agreed by all ranks), computed
+ * on grad_sum. Once per reduction: it reads the fp32 sum. */
 int llmt_optimizer_sharded_stats(llmt_optimizer *o, float inv_scale, double *sumsq,
                                  int64_t *nonfinite);
+
+/* n fp32 values at buf (device) rounded once (to nearest even) to dtype dt
+ * in place: element i's rounding lands on bytes [i e, (i + 1) e) of buf (e
+ * = dt's size <= 4). In increasing chunks through bounce (device,
+ * bounce_bytes >= e): chunk [a, a + c) is read whole before its rounding
+ * lands on bytes [a e, (a + c) e), which hold fp32 elements below a + c,
+ * all read by then. LLMT_EINVAL when bounce holds no element. */
+int llmt_round_in_place(llmt_device *dev, void *buf, int64_t n, int dt, void *bounce,
+                        size_t bounce_bytes);
 
 /* After the owned range was updated: every rank receives the others'. */
 int llmt_optimizer_gather_weights(llmt_optimizer *o);

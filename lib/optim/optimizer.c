@@ -415,21 +415,26 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
         return rc;
     double lr = llmt_schedule_lr(&o->cfg, o->steps);
     double norm = nonfinite ? INFINITY : sqrt(sumsq);
-    if (!nonfinite) {
-        /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1. */
-        double coef = o->cfg.grad_clip > 0.0 ? o->cfg.grad_clip / (norm + 1e-6) : 1.0;
-        rc = update_all(o, (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0)), lr);
+    /* torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), at most 1. */
+    double coef = o->cfg.grad_clip > 0.0 && !nonfinite ? o->cfg.grad_clip / (norm + 1e-6) : 1.0;
+    float factor = (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0));
+    /* A finite gradient so large that the factor is no normal float (clip /
+     * norm below about 1.2e-38) would be applied as a zero gradient: skipped
+     * like an overflow instead. */
+    const int skip = nonfinite > 0 || !isnormal(factor);
+    if (!skip) {
+        rc = update_all(o, factor, lr);
         if (!rc && o->comm)
             rc = llmt_optimizer_gather_weights(o);
         if (rc)
             return rc;
         o->steps++;
     }
-    if (scaler && (rc = llmt_loss_scaler_update(scaler, nonfinite > 0)))
+    if (scaler && (rc = llmt_loss_scaler_update(scaler, skip)))
         return rc;
     if (report) {
         report->step = o->steps;
-        report->skipped = nonfinite > 0;
+        report->skipped = skip;
         report->grad_norm = norm;
         report->lr = lr;
         report->loss_scale = scale;

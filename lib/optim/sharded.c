@@ -83,7 +83,8 @@ static int check_sharded(const char *fn, llmt_model *model, const llmt_optimizer
                          reduce_mode);
     LLMT_TRY(llmt_optimizer_config_check(cfg, fn));
     const llmt_backend_ops *ops = model->ops;
-    if (!ops->adamw || !ops->cast || !ops->add || !ops->grad_stats_blocks || !ops->host_memory)
+    if (!ops->adamw || !ops->cast || !ops->accumulate || !ops->grad_stats_blocks ||
+        !ops->host_memory)
         return llmt_fail(LLMT_EUNSUPPORTED, "%s: the %s backend cannot shard the optimizer (it "
                          "needs blocked gradient statistics and host-memory buffers)", fn,
                          ops->name);
@@ -168,13 +169,31 @@ int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
         }
         rc = llmt_comm_alltoallv(o->comm, "gradient exchange", llmt_model_at(m, &m->grads, w0),
                                  send_bytes, send_offsets, o->recv.ptr, recv_bytes, recv_offsets);
-        /* In rank order, which is global micro-batch order within a round. */
+        /* In rank order, which is global micro-batch order within a round,
+         * in fp32 as the ordered slicer adds. */
         for (int32_t r = 0; r < n && !rc && slot; r++)
             if (present[r])
-                rc = m->ops->add(m->dev, (char *)o->grad_sum.ptr + (size_t)(a - o->first) * es,
-                                 (char *)o->recv.ptr + recv_offsets[r], b - a, m->dt);
+                rc = m->ops->accumulate(m->dev, (float *)o->grad_sum.ptr + (a - o->first),
+                                        (char *)o->recv.ptr + recv_offsets[r], b - a, m->dt);
     }
     return rc;
+}
+
+int llmt_round_in_place(llmt_device *dev, void *buf, int64_t n, int dt, void *bounce,
+                        size_t bounce_bytes)
+{
+    const llmt_backend_ops *ops = dev->ops;
+    const size_t es = llmt_dtype_size(dt);
+    const int64_t chunk = (int64_t)(bounce_bytes / es);
+    if (n > 0 && chunk < 1)
+        return llmt_fail(LLMT_EINVAL, "llmt_round_in_place: bounce_bytes = %zu holds no element "
+                         "of %zu bytes", bounce_bytes, es);
+    for (int64_t a = 0; a < n; a += chunk) {
+        int64_t c = n - a < chunk ? n - a : chunk;
+        LLMT_TRY(ops->cast(dev, bounce, dt, (float *)buf + a, LLMT_DTYPE_F32, c));
+        LLMT_TRY(ops->copy_on_device(dev, (char *)buf + (size_t)a * es, bounce, (size_t)c * es));
+    }
+    return LLMT_OK;
 }
 
 int llmt_optimizer_sharded_stats(llmt_optimizer *o, float inv_scale, double *sumsq,
@@ -183,6 +202,15 @@ int llmt_optimizer_sharded_stats(llmt_optimizer *o, float inv_scale, double *sum
     const llmt_model *m = o->model;
     const int32_t me = llmt_comm_rank(o->comm), n = llmt_comm_size(o->comm);
     int64_t bad = 0;
+    /* The 16-bit modes: the fp32 sum rounded once, as the ordered slicer
+     * rounds its sum, through the receive buffer (free between reductions
+     * and at least min(owned, window) gradients large). Once per reduction:
+     * llmt_optimizer_step clears grads_reduced before it gets here, so any
+     * retry reduces again from llmt_optimizer_reduce_begin, which zeroes
+     * the sum. */
+    if (m->dt != LLMT_DTYPE_F32)
+        LLMT_TRY(llmt_round_in_place(m->dev, o->grad_sum.ptr, o->end - o->first, m->dt,
+                                     o->recv.ptr, o->recv.bytes));
     if (o->end > o->first)
         LLMT_TRY(m->ops->grad_stats_blocks(m->dev, o->grad_sum.ptr, o->end - o->first, m->dt,
                                            inv_scale, LLMT_SHARD_GRANULE,

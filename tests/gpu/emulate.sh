@@ -3,7 +3,7 @@
 # compiles the plugin's sources (cuda/*.cu, except the cuBLASLt GEMM and the
 # description of the real runtime's libraries, cuda_describe.cu) with
 # the host C++ compiler against the emulator in tests/gpu/emu, and runs
-# test_ops and test_cuda_model with that "plugin" (LLMT_CUDA_PLUGIN).
+# test_ops, test_accumulate and test_cuda_model with that "plugin" (LLMT_CUDA_PLUGIN).
 #
 # It checks the kernels' logic: indexing, masks, tiling, block-uniform
 # barriers, reductions and their determinism, the scratch layouts and the
@@ -23,7 +23,7 @@ cuda_home=${CUDA_HOME:-/usr/local/cuda}
 jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMT_CUDA=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target test_ops test_cuda_model >/dev/null
+cmake --build "$build" -j"$jobs" --target test_ops test_accumulate test_cuda_model >/dev/null
 
 obj="$build/emu"
 mkdir -p "$obj"
@@ -49,5 +49,7 @@ c++ -shared -o "$obj/libllmt-cuda-emu.so" "$obj"/*.o -Wl,--version-script=cuda/p
 echo "== EMULATED on the CPU (not a GPU run): test_ops cuda =="
 export LLMT_CUDA_PLUGIN="$obj/libllmt-cuda-emu.so" CMOCKA_MESSAGE_OUTPUT=stdout
 "$build/tests/test_ops" cuda
+echo "== EMULATED on the CPU (not a GPU run): test_accumulate cuda =="
+"$build/tests/test_accumulate" cuda
 echo "== EMULATED on the CPU (not a GPU run): test_cuda_model =="
 "$build/tests/test_cuda_model"

@@ -15,7 +15,8 @@
 #   plugin      the plugin has SASS for that architecture, and its RUNPATH
 #               resolves libcublasLt (ldd)
 #   cpu-smoke   CPU tests using OpenBLAS, libyaml, xxHash, CMocka from the prefix
-#   ops         test_ops_cuda: every op on CUDA against the CPU, twice
+#   ops         test_ops_cuda: every op on CUDA against the CPU, twice;
+#               test_accumulate_cuda: the fp32 gradient sum against the host
 #   model       test_cuda_model: gradients, training, determinism, recompute
 #               and slicing bit-identity, safetensors through pinned staging
 #   offload     test_cuda_model's test_offload_same_bits alone: optimizer
@@ -298,7 +299,7 @@ gpu_stage() { # like run_stage, unless no CUDA device opened in the op tests
     fi
     run_stage "$@"
 }
-run_stage ops 150 ctest --test-dir "$build" -V --timeout 140 -R '^test_ops_cuda$'
+run_stage ops 150 ctest --test-dir "$build" -V --timeout 140 -R '^test_(ops|accumulate)_cuda$'
 no_device=$(grep -m1 -o 'LLMT_REQUIRE_CUDA=1, but no CUDA backend: .*' "$build/stage-ops.log" |
     sed 's/^LLMT_REQUIRE_CUDA=1, but no CUDA backend: //')
 if [ -n "$no_device" ]; then

@@ -142,8 +142,8 @@ grep -q "budget 1.00 GiB: bf16_pure, micro-batch 1 with recompute none fits" "$t
 
 # --world 8: LLaMA-7B's rank with the most of its 6738415616 parameters in
 # granules of 4096 split floor(G r / 8), in bf16_mixed: weights 2 bytes per
-# parameter, gradients 2 plus 2 per owned element (the owner's sum), AdamW
-# 12 per owned element; activations as in one process.
+# parameter, gradients 2 plus 4 per owned element (the owner's fp32 sum),
+# AdamW 12 per owned element; activations as in one process.
 P=6738415616
 G=$(((P + 4095) / 4096))
 best=-1 most=-1 first=0 end=0
@@ -158,7 +158,7 @@ head="per rank, 8 ranks (ZeRO-1): rank"
 line="$head $best, the largest, holds AdamW state for parameters [$first, $end) ($most)"
 grep -qxF "$line" "$tmp/out" || fail "--world 8: not rank $best [$first, $end): $(cat "$tmp/out")"
 want=$(awk -v p="$P" -v o="$most" 'BEGIN { g = 1073741824
-    printf "%9.2f %9.2f %9.2f", 2 * p / g, (2 * p + 2 * o) / g, 12 * o / g }')
+    printf "%9.2f %9.2f %9.2f", 2 * p / g, (2 * p + 4 * o) / g, 12 * o / g }')
 grep -qF "bf16_mixed  none               $want" "$tmp/out" ||
     fail "--world 8: params, grads, optimizer not $want: $(cat "$tmp/out")"
 grep '^bf16_mixed' "$tmp/out" | awk '{ print $2, $6 }' > "$tmp/ranked"

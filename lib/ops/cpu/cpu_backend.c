@@ -49,6 +49,7 @@ static const llmt_backend_ops cpu_ops = {
     .adamw = llmt_cpu_adamw,
     .attention_kv_fwd = llmt_cpu_attention_kv_fwd,
     .attention_kv_scratch_bytes = llmt_cpu_attention_kv_scratch,
+    .accumulate = llmt_cpu_accumulate,
 };
 
 int llmt_cpu_backend_create(int num_threads, llmt_device **out)

@@ -102,6 +102,8 @@ int llmt_cpu_swiglu_bwd(llmt_device *dev, void *dgate_up, const void *dout, cons
 
 int llmt_cpu_cast(llmt_device *dev, void *dst, int dst_dt, const void *src, int src_dt, int64_t n);
 int llmt_cpu_add(llmt_device *dev, void *y, const void *x, int64_t n, int dt);
+/* sum (fp32) += x (dtype dt) widened (cpu_accumulate.c). */
+int llmt_cpu_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n, int dt);
 
 int llmt_cpu_lm_head_ce(llmt_device *dev, const llmt_ce_args *args);
 size_t llmt_cpu_ce_scratch(const llmt_op_dims *dims);

@@ -9,8 +9,11 @@
 
 #define MAX_STAT_THREADS 1024
 
-/* Sum of squares (fp32 partials of 16 lanes, flushed to double every block)
- * and non-finite count of factor * g[0..n). */
+/* Sum of squares and non-finite count of factor * g[0..n): the product
+ * rounds to fp32 (as the op is defined), and is squared and summed in
+ * double, so a finite value whose fp32 square would overflow (|x| > 1.8e19)
+ * counts exactly. 16 double lanes, flushed to the total every block of
+ * 4096 that starts at g (the blocks keep the lane counts small). */
 LLMT_INLINE void stats_band_t(const void *g, int64_t n, float factor, double *sumsq,
                               int64_t *bad, int dt)
 {
@@ -19,19 +22,19 @@ LLMT_INLINE void stats_band_t(const void *g, int64_t n, float factor, double *su
     int64_t nonfinite = 0;
     for (int64_t b0 = 0; b0 < n; b0 += block) {
         int64_t b1 = b0 + block < n ? b0 + block : n;
-        float acc[16] = {0};
+        double acc[16] = {0};
         int32_t cnt[16] = {0};
         int64_t i = b0;
         for (; i + 16 <= b1; i += 16)
             for (int j = 0; j < 16; j++) {
                 float x = get(g, dt, i + j) * factor;
                 cnt[j] += (llmt_f32_bits(x) & 0x7f800000u) == 0x7f800000u;
-                acc[j] += x * x;
+                acc[j] += (double)x * (double)x;
             }
         for (int j = 0; i + j < b1; j++) {
             float x = get(g, dt, i + j) * factor;
             cnt[j] += (llmt_f32_bits(x) & 0x7f800000u) == 0x7f800000u;
-            acc[j] += x * x;
+            acc[j] += (double)x * (double)x;
         }
         for (int j = 0; j < 16; j++) {
             total += acc[j];

@@ -2,6 +2,7 @@
  * is a per-row function instantiated per dtype and ISA, run over row bands by
  * OpenMP with a static schedule. */
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -40,33 +41,79 @@ int llmt_cpu_embedding_fwd(llmt_device *dev, void *out, const void *table, const
     return LLMT_OK;
 }
 
-LLMT_INLINE void embed_bwd_band_t(void *dtable, const void *dout, const int32_t *ids, int64_t m,
-                                  int64_t d, int64_t c0, int64_t c1, int dt)
+/* A token as embedding backward orders them: by id, then by position. */
+typedef struct embed_token {
+    int64_t pos;
+    int32_t id;
+} embed_token;
+
+static int embed_token_cmp(const void *a, const void *b)
 {
-    for (int64_t i = 0; i < m; i++) {
-        int64_t row = (int64_t)ids[i] * d;
-        for (int64_t c = c0; c < c1; c++)
-            put(dtable, dt, row + c, get(dtable, dt, row + c) + get(dout, dt, i * d + c));
+    const embed_token *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Columns an fp32 accumulator tile of embed_bwd_band_t holds (on the stack). */
+#define EMBED_TILE 512
+
+/* Columns [c0, c1) of every row the tokens name: the row's value widened to
+ * fp32, plus its tokens' dout rows in token order in fp32, rounded to the
+ * dtype once. order: the m tokens sorted by (id, position), so each row's
+ * tokens are one run, in token order. */
+LLMT_INLINE void embed_bwd_band_t(void *dtable, const void *dout, const embed_token *order,
+                                  int64_t m, int64_t d, int64_t c0, int64_t c1, int dt)
+{
+    float acc[EMBED_TILE];
+    for (int64_t r0 = 0, r1; r0 < m; r0 = r1) {
+        for (r1 = r0 + 1; r1 < m && order[r1].id == order[r0].id; r1++)
+            ;
+        const int64_t row = (int64_t)order[r0].id * d;
+        for (int64_t t0 = c0; t0 < c1; t0 += EMBED_TILE) {
+            const int w = c1 - t0 < EMBED_TILE ? (int)(c1 - t0) : EMBED_TILE;
+            for (int c = 0; c < w; c++)
+                acc[c] = get(dtable, dt, row + t0 + c);
+            for (int64_t k = r0; k < r1; k++) {
+                const int64_t src = order[k].pos * d + t0;
+                for (int c = 0; c < w; c++)
+                    acc[c] += get(dout, dt, src + c);
+            }
+            for (int c = 0; c < w; c++)
+                put(dtable, dt, row + t0 + c, acc[c]);
+        }
     }
 }
 LLMT_DTYPE_VARIANTS(embed_bwd_band,
-                    (void *dt_, const void *dout, const int32_t *ids, int64_t m, int64_t d,
+                    (void *dt_, const void *dout, const embed_token *order, int64_t m, int64_t d,
                      int64_t c0, int64_t c1),
-                    dt_, dout, ids, m, d, c0, c1)
+                    dt_, dout, order, m, d, c0, c1)
 
 int llmt_cpu_embedding_bwd(llmt_device *dev, void *dtable, const void *dout, const int32_t *ids,
                            int64_t m, int64_t d, int dt)
 {
-    /* Each thread owns a band of columns and walks the tokens in order, so a
-     * row that appears several times is summed in token order. */
-    void (*band)(void *, const void *, const int32_t *, int64_t, int64_t, int64_t, int64_t) =
+    if (m <= 0 || d <= 0)
+        return LLMT_OK;
+    /* The tokens grouped by id (a stable sort: qsort with the position as
+     * the tie-break); each thread then owns a band of columns of every row,
+     * so each element is one thread's fp32 sum in token order: the same
+     * bits for any thread count. */
+    embed_token *order = malloc((size_t)m * sizeof *order);
+    if (!order)
+        return llmt_fail(LLMT_ENOMEM, "cpu embedding_bwd: no memory to order %lld tokens",
+                         (long long)m);
+    for (int64_t i = 0; i < m; i++)
+        order[i] = (embed_token){.pos = i, .id = ids[i]};
+    qsort(order, (size_t)m, sizeof *order, embed_token_cmp);
+    void (*band)(void *, const void *, const embed_token *, int64_t, int64_t, int64_t, int64_t) =
         LLMT_PICK(embed_bwd_band, dt);
 #pragma omp parallel num_threads(threads_for(dev, m * d))
     {
         int64_t c0, c1;
         split_rows(d, omp_get_thread_num(), omp_get_num_threads(), &c0, &c1);
-        band(dtable, dout, ids, m, d, c0, c1);
+        band(dtable, dout, order, m, d, c0, c1);
     }
+    free(order);
     return LLMT_OK;
 }
 
