@@ -1,4 +1,5 @@
 /* safetensors: the atomic, streaming writer and the validating reader. */
+#define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -224,6 +225,8 @@ typedef struct sink {
     const char *path, *tmp;
     XXH3_state_t *xxh;
     uint64_t written;
+    int durable;
+    uint64_t started, dropped; /* durable: writeback started before, dropped before */
     uint64_t chunk_bytes, hashed;
     XXH3_state_t *chunk_xxh;
     uint64_t *chunks;
@@ -262,14 +265,42 @@ static int hash_runs(sink *s, const char *p, size_t n)
     return LLMT_OK;
 }
 
+/* A durable file goes to the disk as it is written: once a window of
+ * FLUSH_WINDOW bytes is written, its writeback is started, and the window
+ * before it is waited for and dropped from the page cache. The file then
+ * holds at most about two windows of page cache instead of all of its bytes
+ * dirty until the fsync, which is left little to do, and a checkpoint does
+ * not evict the page cache the run relies on. Both calls are hints: a
+ * write error they would meet is reported by the fsync. */
+#define FLUSH_WINDOW ((uint64_t)64 << 20)
+
+static void stream_to_disk(sink *s)
+{
+    if (!s->durable || s->written - s->started < FLUSH_WINDOW)
+        return;
+    (void)sync_file_range(s->fd, (off_t)s->started, (off_t)(s->written - s->started),
+                          SYNC_FILE_RANGE_WRITE);
+    if (s->started > s->dropped) {
+        (void)sync_file_range(s->fd, (off_t)s->dropped, (off_t)(s->started - s->dropped),
+                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                  SYNC_FILE_RANGE_WAIT_AFTER);
+        (void)posix_fadvise(s->fd, (off_t)s->dropped, (off_t)(s->started - s->dropped),
+                            POSIX_FADV_DONTNEED);
+    }
+    s->dropped = s->started;
+    s->started = s->written;
+}
+
 static int sink_write(sink *s, const char *p, size_t n)
 {
     XXH3_64bits_update(s->xxh, p, n);
     if (s->chunk_bytes)
         LLMT_TRY(hash_runs(s, p, n));
     int rc = llmt_write_all(s->fd, p, n, s->path, s->tmp);
-    if (!rc)
+    if (!rc) {
         s->written += n;
+        stream_to_disk(s);
+    }
     return rc;
 }
 
@@ -329,8 +360,8 @@ static int write_file(const char *path, const llmt_st_write_tensor *t, size_t n,
     char *buf = cap ? malloc(cap) : NULL;
     XXH3_state_t *xxh = XXH3_createState();
     XXH3_state_t *chunk_xxh = o->hash_chunk_bytes ? XXH3_createState() : NULL;
-    sink s = {.fd = -1, .path = path, .xxh = xxh, .chunk_bytes = o->hash_chunk_bytes,
-              .chunk_xxh = chunk_xxh};
+    sink s = {.fd = -1, .path = path, .xxh = xxh, .durable = o->durable,
+              .chunk_bytes = o->hash_chunk_bytes, .chunk_xxh = chunk_xxh};
     int rc = LLMT_OK;
     if (!tmp || (cap && !buf) || !xxh || (o->hash_chunk_bytes && !chunk_xxh)) {
         rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory for a %zu-byte buffer", path, cap);

@@ -37,6 +37,7 @@ static void die(const char *what)
 /* bench_write_new, timed. */
 static double plain_write(const char *path, const char *old, const char *buf, size_t n)
 {
+    bench_settle();
     double t = bench_now();
     const char *failed = bench_write_new(path, old, buf, n);
     if (failed)
@@ -50,6 +51,7 @@ static double plain_read(const char *const *paths, int n, char *buf, size_t cap)
 {
     for (int i = 0; i < n; i++)
         bench_drop_cache(paths[i]);
+    bench_settle();
     double t = bench_now();
     for (int i = 0; i < n; i++) {
         size_t got = 0;
@@ -65,6 +67,7 @@ static double plain_read(const char *const *paths, int n, char *buf, size_t cap)
 static double timed_save(llmt_ckpt_store *s, llmt_train_state *st, int64_t step)
 {
     st->step = step;
+    bench_settle();
     double t = bench_now();
     if (llmt_ckpt_save(s, st, LLMT_CKPT_DURABLE))
         die("save");
@@ -94,6 +97,7 @@ static double timed_load(llmt_ckpt_store *s, const ckpt_files *f, llmt_train_sta
 {
     for (int i = 0; i < 3; i++)
         bench_drop_cache(f->path[i]);
+    bench_settle();
     double t = bench_now();
     if (llmt_ckpt_load(s, step, LLMT_CKPT_DURABLE, ld, NULL, 0, NULL))
         die("load");

@@ -144,11 +144,12 @@ static void plain_read(const rank_files *f, char *buf, size_t cap)
 }
 
 /* Barriers around: the slowest rank's time. Each phase starts with no
- * dirty pages left by the one before (sync, untimed), so neither side pays
- * for the other's writeback or removed files. */
+ * dirty pages left by the one before and after the settling wait
+ * (bench_settle, untimed), so neither side pays for the other's writeback,
+ * removed files or freed memory. */
 static double phase_start(void)
 {
-    sync();
+    bench_settle();
     MPI_Barrier(MPI_COMM_WORLD);
     return bench_now();
 }

@@ -24,6 +24,24 @@ static inline void bench_drop_cache(const char *path)
     }
 }
 
+/* Seconds a timed phase waits before it starts (bench_settle). */
+#define BENCH_SETTLE_S 3
+
+/* Flushes dirty pages, then waits BENCH_SETTLE_S seconds, so that every
+ * timed phase starts from the same state of the machine's memory: a VM
+ * guest with free page reporting (virtio-balloon, as on these machines)
+ * hands pages back to the host about 2 s after they are freed (a removed
+ * file's cache, dropped pages), and touching them again costs a host fault
+ * each (about 1 s per GB of page cache here: `dd` of 1.17 GB with fsync
+ * took 0.97 s right after the same write, 1.83-1.95 s six seconds later).
+ * Without the wait, whichever side ran second in a round found the first
+ * side's freed pages still warm and wrote 2-3x faster. */
+static inline void bench_settle(void)
+{
+    sync();
+    sleep(BENCH_SETTLE_S);
+}
+
 /* Writes n bytes of buf to a new file at path and fsyncs it, then removes
  * old (NULL: none), as a save with keep = 1 writes a new step and then
  * removes the one before: both sides allocate fresh blocks and free as
