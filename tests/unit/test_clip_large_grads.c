@@ -15,15 +15,9 @@
 #include "test_rand.h"
 #include "test_tensors.h"
 
-/* Every gradient N(0, 1e18^2) with one element at 1e20 (squares up to 1e40,
- * past fp32's 3.4e38), two steps, grad_clip 1, no weight decay (so norm
- * weights and matrices update alike): the reported norm within 1e-12 of
- * the double norm, and every weight within fp32 rounding of a double AdamW
- * with coefficient clip / (norm + 1e-6). */
-static void test_clip_with_overflowing_squares(void **state)
+/* A one-layer fp32 model small enough to check every weight by hand. */
+static llmt_model *tiny_fp32_model(llmt_context *ctx)
 {
-    (void)state;
-    llmt_context *ctx = test_context(2, 3);
     llmt_model_config c = LLMT_MODEL_CONFIG_INIT;
     c.vocab_size = 29;
     c.hidden_size = 16;
@@ -35,6 +29,19 @@ static void test_clip_with_overflowing_squares(void **state)
     c.precision = LLMT_PRECISION_FP32;
     llmt_model *m = NULL;
     assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    return m;
+}
+
+/* Every gradient N(0, 1e18^2) with one element at 1e20 (squares up to 1e40,
+ * past fp32's 3.4e38), two steps, grad_clip 1, no weight decay (so norm
+ * weights and matrices update alike): the reported norm within 1e-12 of
+ * the double norm, and every weight within fp32 rounding of a double AdamW
+ * with coefficient clip / (norm + 1e-6). */
+static void test_clip_with_overflowing_squares(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 3);
+    llmt_model *m = tiny_fp32_model(ctx);
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
     oc.lr = 1e-2;
     oc.weight_decay = 0.0;
@@ -111,17 +118,7 @@ static void test_underflowing_factor_skips(void **state)
 {
     (void)state;
     llmt_context *ctx = test_context(2, 3);
-    llmt_model_config c = LLMT_MODEL_CONFIG_INIT;
-    c.vocab_size = 29;
-    c.hidden_size = 16;
-    c.num_layers = 1;
-    c.num_heads = 2;
-    c.num_kv_heads = 1;
-    c.ffn_size = 32;
-    c.max_seq_len = 16;
-    c.precision = LLMT_PRECISION_FP32;
-    llmt_model *m = NULL;
-    assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    llmt_model *m = tiny_fp32_model(ctx);
     const size_t n = (size_t)llmt_model_num_params(m);
     float *w0 = test_all_params(m);
     /* Factors 1e-50 (0 in fp32), 1e-40 (subnormal), 1e-30 (normal). */
