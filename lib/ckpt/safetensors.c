@@ -268,40 +268,59 @@ static int hash_runs(sink *s, const char *p, size_t n)
 /* A durable file goes to the disk as it is written: once a window of
  * FLUSH_WINDOW bytes is written, its writeback is started, and the window
  * before it is waited for and dropped from the page cache. The file then
- * holds at most about two windows of page cache instead of all of its bytes
- * dirty until the fsync, which is left little to do, and a checkpoint does
- * not evict the page cache the run relies on. Both calls are hints: a
- * write error they would meet is reported by the fsync. */
+ * holds about two windows of page cache instead of all of its bytes dirty
+ * until the fsync, which is left little to do, and a checkpoint does not
+ * evict the page cache the run relies on. (DONTNEED drops whole pages
+ * only: the page a window boundary falls in stays cached.) */
 #define FLUSH_WINDOW ((uint64_t)64 << 20)
 
-static void stream_to_disk(sink *s)
+/* sync_file_range failed: a file system without it (EINVAL, ENOSYS,
+ * ESPIPE) only loses the streaming. Any other error is the file's: the
+ * wait hands a writeback error to its caller and not again to the fsync
+ * (Linux's errseq), so it must be reported here. */
+static int stream_failed(const sink *s)
+{
+    if (errno == EINVAL || errno == ENOSYS || errno == ESPIPE)
+        return LLMT_OK;
+    return llmt_fail(LLMT_EIO, "%s: writing %s back: %s", s->path, s->tmp, strerror(errno));
+}
+
+static int stream_to_disk(sink *s)
 {
     if (!s->durable || s->written - s->started < FLUSH_WINDOW)
-        return;
-    (void)sync_file_range(s->fd, (off_t)s->started, (off_t)(s->written - s->started),
-                          SYNC_FILE_RANGE_WRITE);
+        return LLMT_OK;
+    if (sync_file_range(s->fd, (off_t)s->started, (off_t)(s->written - s->started),
+                        SYNC_FILE_RANGE_WRITE) != 0)
+        LLMT_TRY(stream_failed(s));
     if (s->started > s->dropped) {
-        (void)sync_file_range(s->fd, (off_t)s->dropped, (off_t)(s->started - s->dropped),
-                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-                                  SYNC_FILE_RANGE_WAIT_AFTER);
+        if (sync_file_range(s->fd, (off_t)s->dropped, (off_t)(s->started - s->dropped),
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                SYNC_FILE_RANGE_WAIT_AFTER) != 0)
+            LLMT_TRY(stream_failed(s));
         (void)posix_fadvise(s->fd, (off_t)s->dropped, (off_t)(s->started - s->dropped),
-                            POSIX_FADV_DONTNEED);
+                            POSIX_FADV_DONTNEED); /* a hint: it reports no write error */
     }
     s->dropped = s->started;
     s->started = s->written;
+    return LLMT_OK;
 }
 
+/* Hashes and writes n bytes; a durable file in pieces of at most a window,
+ * so that a large tensor written from host memory streams too. */
 static int sink_write(sink *s, const char *p, size_t n)
 {
     XXH3_64bits_update(s->xxh, p, n);
     if (s->chunk_bytes)
         LLMT_TRY(hash_runs(s, p, n));
-    int rc = llmt_write_all(s->fd, p, n, s->path, s->tmp);
-    if (!rc) {
-        s->written += n;
-        stream_to_disk(s);
+    const size_t piece = s->durable ? (size_t)FLUSH_WINDOW : n;
+    for (size_t off = 0; off < n;) {
+        size_t take = n - off < piece ? n - off : piece;
+        LLMT_TRY(llmt_write_all(s->fd, p + off, take, s->path, s->tmp));
+        s->written += take;
+        off += take;
+        LLMT_TRY(stream_to_disk(s));
     }
-    return rc;
+    return LLMT_OK;
 }
 
 /* Streams the tensors' bytes in order through buf (cap bytes): each fill call

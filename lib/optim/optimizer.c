@@ -419,8 +419,8 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
     double coef = o->cfg.grad_clip > 0.0 && !nonfinite ? o->cfg.grad_clip / (norm + 1e-6) : 1.0;
     float factor = (float)((double)inv_scale * (coef < 1.0 ? coef : 1.0));
     /* A finite gradient so large that the factor is no normal float (clip /
-     * norm below about 1.2e-38) would be applied as a zero gradient: skipped
-     * like an overflow instead. */
+     * norm below about 1.2e-38) would underflow when applied (to zero, or to
+     * a few subnormal bits): skipped like an overflow instead. */
     const int skip = nonfinite > 0 || !isnormal(factor);
     if (!skip) {
         rc = update_all(o, factor, lr);
