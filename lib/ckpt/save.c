@@ -299,13 +299,10 @@ static int write_data(const char *tmp, ckpt_snapshot *snap, int sync)
                        &m->files[1]};
     const int host = (!snap->n_model || !snap->model_tensors[0].fill) &&
                      (!snap->n_opt || !snap->opt_tensors[0].fill);
-    llmt_task state;
-    if (snap->n_opt)
-        llmt_task_start(&state, write_tensors, &opt, host);
-    const int stopped = snap->n_opt && !state.on_thread && state.rc; /* written here, failed */
-    int rc = stopped ? LLMT_OK : write_tensors(&model);
-    int state_rc = snap->n_opt ? llmt_task_join(&state) : LLMT_OK; /* its message, if failed */
-    LLMT_TRY(state_rc ? state_rc : rc);
+    int rc = snap->n_opt ? llmt_task_pair(write_tensors, &opt, write_tensors, &model, host)
+                         : write_tensors(&model);
+    if (rc)
+        return rc;
     m->n_files = snap->n_opt ? 2 : 1;
     if (snap->user_size) {
         char *path = join(tmp, CKPT_USER_FILE);

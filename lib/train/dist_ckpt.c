@@ -178,6 +178,13 @@ static int write_range(void *arg)
     return llmt_ckpt_shard_write(w->sv->dir, w->o, w->rank, w->size, w->sv->sync, &w->sv->mine);
 }
 
+/* Rank 0's common files: the weights and the user blob. */
+static int write_common(void *arg)
+{
+    llmt_dist_save *sv = arg;
+    return llmt_ckpt_sharded_write_common(sv->dir, &sv->snap, sv->sync);
+}
+
 /* This rank's files of sv: its range of o's state, and on rank 0 the
  * weights and the user blob (no collective: an async save runs it on its
  * writer thread). Rank 0 writes its range (on a thread of its own) and the
@@ -188,14 +195,9 @@ int llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t ra
                          int32_t size)
 {
     range_write w = {sv, o, rank, size};
-    llmt_task range;
-    llmt_task_start(&range, write_range, &w, rank == ROOT && o->model->ops->host_memory);
-    const int stopped = !range.on_thread && range.rc; /* written here, failed */
-    int rc = rank == ROOT && !stopped
-                 ? llmt_ckpt_sharded_write_common(sv->dir, &sv->snap, sv->sync)
-                 : LLMT_OK;
-    int range_rc = llmt_task_join(&range); /* its message, when it failed */
-    rc = range_rc ? range_rc : rc;
+    const int root = rank == ROOT;
+    int rc = llmt_task_pair(write_range, &w, root ? write_common : NULL, sv,
+                            root && o->model->ops->host_memory);
     return rc ? llmt_fail_prefix(rc, "checkpoint step %lld", (long long)sv->step) : LLMT_OK;
 }
 

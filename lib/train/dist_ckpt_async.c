@@ -10,9 +10,6 @@
  * collective runs on a writer thread, nor in llmt_trainer_free, which may
  * run on one rank alone (an error path before MPI_Abort): it joins this
  * rank's writer and abandons the save. */
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +17,7 @@
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/dist_ckpt.h"
+#include "util/task.h"
 
 typedef struct llmt_dist_async llmt_dist_async;
 
@@ -35,20 +33,13 @@ struct llmt_dist_async {
     llmt_buf staging;
     llmt_optimizer range;
     int32_t rank, size;
-    pthread_t thread;
-    int threaded;       /* the writer runs on thread (else it ran in place) */
-    atomic_int written; /* the writer is done; rc and error are set */
-    int rc;
-    char error[1024]; /* its message (messages are per thread) */
+    llmt_task writer; /* this rank's writing (on a thread of its own if one can be had) */
 };
 
-static void *writer(void *arg)
+static int write_part(void *arg)
 {
     llmt_dist_async *a = arg;
-    a->rc = llmt_dist_save_write(&a->save, &a->range, a->rank, a->size);
-    snprintf(a->error, sizeof a->error, "%s", a->rc ? llmt_error_last() : "");
-    atomic_store(&a->written, 1);
-    return NULL;
+    return llmt_dist_save_write(&a->save, &a->range, a->rank, a->size);
 }
 
 /* The staging of this rank's part: o's range of each state section (both
@@ -152,10 +143,7 @@ int llmt_trainer_dist_save(llmt_trainer *tr, int32_t tier, int async)
     a->rank = llmt_comm_rank(c);
     a->size = llmt_comm_size(c);
     stage(a, o);
-    atomic_store(&a->written, 0);
-    a->threaded = pthread_create(&a->thread, NULL, writer, a) == 0;
-    if (!a->threaded) /* no thread to be had: the same work, here */
-        writer(a);
+    llmt_task_start(&a->writer, write_part, a, 1);
     a->pending = 1;
     tr->saved[tier] = tr->step;
     return LLMT_OK;
@@ -166,7 +154,7 @@ int llmt_trainer_dist_poll(llmt_trainer *tr)
     llmt_dist_async *a = tr->dist_async;
     if (!a || !a->pending)
         return LLMT_OK;
-    int writing = !atomic_load(&a->written);
+    int writing = !llmt_task_done(&a->writer);
     LLMT_TRY(llmt_trainer_dist_any(tr, &writing));
     return writing ? LLMT_OK : llmt_trainer_dist_join(tr);
 }
@@ -175,9 +163,7 @@ int llmt_trainer_dist_poll(llmt_trainer *tr)
  * flight. */
 static void wait_writer(llmt_dist_async *a)
 {
-    if (a->threaded)
-        pthread_join(a->thread, NULL);
-    a->threaded = 0;
+    llmt_task_wait(&a->writer);
     a->pending = 0;
 }
 
@@ -188,7 +174,7 @@ int llmt_trainer_dist_join(llmt_trainer *tr)
         return LLMT_OK;
     wait_writer(a);
     const long long step = (long long)a->save.step;
-    int rc = a->rc ? llmt_fail(a->rc, "%s", a->error) : LLMT_OK;
+    int rc = llmt_task_join(&a->writer); /* waited for: its status, its message raised */
     rc = llmt_dist_save_close(tr, &a->save, rc);
     return rc ? llmt_fail_prefix(rc, "the async save of step %lld failed", step) : LLMT_OK;
 }
@@ -202,8 +188,9 @@ void llmt_trainer_dist_free(llmt_trainer *tr)
         wait_writer(a);
         llmt_trainer_log(tr, "checkpoint", "async save of step %lld abandoned: call "
                          "llmt_trainer_save (collective) before free%s%s",
-                         (long long)a->save.step, a->rc ? "; its write had failed: " : "",
-                         a->rc ? a->error : "");
+                         (long long)a->save.step,
+                         a->writer.rc ? "; its write had failed: " : "",
+                         a->writer.rc ? a->writer.error : "");
         llmt_dist_save_abandon(&a->save);
     }
     llmt_buf_free(tr->ctx, &a->staging);
