@@ -53,6 +53,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt_fixture.h"
 #include "dp_run.h"
+#include "file_limit.h"
 #include "llmt/comm_mpi.h"
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
@@ -206,16 +207,12 @@ static void check_manifest(const char *ckpt, const run *r)
  * own, fails. */
 static void test_failed_save(const char *ckpt, run *r, int victim, rlim_t limit)
 {
-    struct rlimit old, tiny = {limit, limit};
-    getrlimit(RLIMIT_FSIZE, &old);
-    tiny.rlim_max = old.rlim_max;
-    if (rank == victim) {
-        signal(SIGXFSZ, SIG_IGN);
-        setrlimit(RLIMIT_FSIZE, &tiny);
-    }
+    struct rlimit old;
+    if (rank == victim)
+        file_limit_set(limit, &old);
     int rc = llmt_trainer_save(r->tr, LLMT_CKPT_DURABLE);
     if (rank == victim)
-        setrlimit(RLIMIT_FSIZE, &old);
+        file_limit_restore(&old);
     char who[32], file[64];
     snprintf(who, sizeof who, "rank %d", victim);
     snprintf(file, sizeof file, "optimizer-%05d-of-%05d", victim + 1, size);
@@ -667,18 +664,14 @@ static void test_async_failure(const char *dir, llmt_comm *comm)
     EXPECT(rank != 0 || committed(ckpt, 2), "the sync save of step 2 was not committed");
 
     train(&r, 1, NULL);
-    struct rlimit old, tiny = {1024, 1024};
-    getrlimit(RLIMIT_FSIZE, &old);
-    tiny.rlim_max = old.rlim_max;
-    if (rank == victim) {
-        signal(SIGXFSZ, SIG_IGN);
-        setrlimit(RLIMIT_FSIZE, &tiny);
-    }
+    struct rlimit old;
+    if (rank == victim)
+        file_limit_set(1024, &old);
     const int done = atomic_load(&writes_done);
     train(&r, 1, NULL); /* step 4: its save starts; the victim's writer fails */
     EXPECT(wait_for(&writes_done, done + 1), "step 4's writer did not finish");
     if (rank == victim)
-        setrlimit(RLIMIT_FSIZE, &old);
+        file_limit_restore(&old);
     usleep(200000); /* the writer marks itself done just after the write returns */
     MPI_Barrier(MPI_COMM_WORLD);
     llmt_step_report rep;

@@ -3,10 +3,8 @@
  * corruption failing closed, async isolation and write errors, rotation,
  * tiers, mismatches, leftovers of interrupted saves, and the format decoded
  * by hand. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -14,6 +12,7 @@
 #include "test_util.h"
 
 #include "llmt/llmt.h"
+#include "file_limit.h"
 #include "test_rand.h"
 #include "store_fixture.h"
 #include "train_fixture.h"
@@ -303,15 +302,12 @@ static void test_async_isolation(void **state)
     /* A write error in the background (here the file size limit, which
      * holds for root too) is reported by the next call, and the older
      * checkpoint survives. */
-    struct rlimit old, small = {16 * 1024, 16 * 1024};
-    getrlimit(RLIMIT_FSIZE, &old);
-    signal(SIGXFSZ, SIG_IGN);
-    small.rlim_max = old.rlim_max;
-    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    struct rlimit old;
+    assert_int_equal(file_limit_set(16 * 1024, &old), 0);
     st = fixture_state(&f);
     assert_int_equal(llmt_ckpt_save_async(s, &st, LLMT_CKPT_DURABLE), LLMT_OK);
     int rc = llmt_ckpt_wait(s);
-    setrlimit(RLIMIT_FSIZE, &old);
+    file_limit_restore(&old);
     assert_int_equal(rc, LLMT_EIO);
     assert_contains(llmt_error_last(), "previous async save failed");
     assert_contains(llmt_error_last(), "step-00000003");
@@ -355,14 +351,10 @@ static void test_failed_state_file(void **state)
 
     fixture_train(&f, 1, NULL);
     st = fixture_state(&f);
-    struct rlimit old, between;
-    getrlimit(RLIMIT_FSIZE, &old);
-    between.rlim_cur = (rlim_t)(weights.st_size + opt.st_size) / 2;
-    between.rlim_max = old.rlim_max;
-    signal(SIGXFSZ, SIG_IGN);
-    assert_int_equal(setrlimit(RLIMIT_FSIZE, &between), 0);
+    struct rlimit old;
+    assert_int_equal(file_limit_set((rlim_t)(weights.st_size + opt.st_size) / 2, &old), 0);
     int rc = llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE);
-    setrlimit(RLIMIT_FSIZE, &old);
+    file_limit_restore(&old);
     assert_int_equal(rc, LLMT_EIO);
     assert_contains(llmt_error_last(), "optimizer.safetensors");
     int64_t steps[4];
@@ -390,17 +382,14 @@ static void test_rotation_and_tiers(void **state)
     sc.fast_keep = 1;
     llmt_ckpt_store *s = NULL;
     assert_int_equal(llmt_ckpt_store_open(&s, f.ctx, dirs.store, &sc), LLMT_OK);
-    struct rlimit old, small = {32 * 1024, 32 * 1024};
-    getrlimit(RLIMIT_FSIZE, &old);
-    small.rlim_max = old.rlim_max;
-    signal(SIGXFSZ, SIG_IGN);
     for (int i = 1; i <= 10; i++) {
         fixture_train(&f, 1, NULL);
         llmt_train_state st = fixture_state(&f);
         if (i == 8) { /* a failed save in the middle: nothing is rotated for it */
-            setrlimit(RLIMIT_FSIZE, &small);
+            struct rlimit old;
+            file_limit_set(32 * 1024, &old);
             assert_int_equal(llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE), LLMT_EIO);
-            setrlimit(RLIMIT_FSIZE, &old);
+            file_limit_restore(&old);
         } else {
             assert_int_equal(llmt_ckpt_save(s, &st, LLMT_CKPT_DURABLE), LLMT_OK);
         }
