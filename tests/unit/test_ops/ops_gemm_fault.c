@@ -117,6 +117,45 @@ void check_ce_gemm_failure(void)
     dfree(b, scratch);
 }
 
+/* One attention call's buffers on the CPU backend, in dtype dt: qkv of
+ * random values (seed), the output, dqkv, what forward keeps and scratch. */
+typedef struct attn_case {
+    llmt_attn_dims ad;
+    int dt;
+    float *x;
+    void *scratch, *qkv, *dqkv, *o, *saved;
+} attn_case;
+
+static attn_case attn_case_open(llmt_attn_dims ad, int dt, uint64_t seed)
+{
+    backend *b = &g_cpu;
+    const int64_t m = ad.batch * ad.seq, ld = 3 * ad.heads * ad.head_dim;
+    const int64_t od = ad.heads * ad.head_dim;
+    const size_t es = llmt_dtype_size(dt);
+    llmt_op_dims dims = {0};
+    dims.batch = ad.batch, dims.seq = ad.seq, dims.hidden = od, dims.heads = ad.heads;
+    dims.kv_heads = ad.kv_heads, dims.head_dim = ad.head_dim, dims.dt = dt;
+    attn_case c = {.ad = ad, .dt = dt};
+    c.x = randn(&seed, m * ld, 1.0, dt);
+    c.scratch = scratch_alloc(b, dims, 0);
+    c.qkv = dput(b, c.x, m * ld, dt);
+    c.dqkv = dalloc(b, (size_t)(m * ld) * es);
+    c.o = dalloc(b, (size_t)(m * od) * es);
+    c.saved = dalloc(b, b->ops->attention_saved_bytes(&c.ad));
+    return c;
+}
+
+static void attn_case_free(attn_case *c)
+{
+    backend *b = &g_cpu;
+    free(c->x);
+    dfree(b, c->qkv);
+    dfree(b, c->dqkv);
+    dfree(b, c->o);
+    dfree(b, c->saved);
+    dfree(b, c->scratch);
+}
+
 /* Attention's products run on the threads of a parallel region: a failing
  * one fails the op, forward and backward, keeping the failing thread's
  * message (not just its status). */
@@ -124,34 +163,18 @@ void check_attention_gemm_failure(void)
 {
     backend *b = &g_cpu;
     /* big enough to run on every thread (threads_for) */
-    llmt_attn_dims ad = {1, 128, 4, 4, 16};
-    const int64_t m = ad.batch * ad.seq, ld = 3 * ad.heads * ad.head_dim;
-    const int64_t od = ad.heads * ad.head_dim;
-    llmt_op_dims dims = {0};
-    dims.batch = ad.batch, dims.seq = ad.seq, dims.hidden = od, dims.heads = ad.heads;
-    dims.kv_heads = ad.kv_heads, dims.head_dim = ad.head_dim, dims.dt = LLMT_DTYPE_F32;
-    uint64_t s = 11;
-    float *x = randn(&s, m * ld, 1.0, LLMT_DTYPE_F32);
-    void *scratch = scratch_alloc(b, dims, 0);
-    void *qkv = dput(b, x, m * ld, LLMT_DTYPE_F32), *dqkv = dalloc(b, (size_t)(m * ld) * 4);
-    void *o = dalloc(b, (size_t)(m * od) * 4);
-    void *saved = dalloc(b, b->ops->attention_saved_bytes(&ad));
+    attn_case c = attn_case_open((llmt_attn_dims){1, 128, 4, 4, 16}, LLMT_DTYPE_F32, 11);
     for (int pass = 0; pass < 2; pass++) {
         gemm_fail_at(3); /* of a dozen or more */
-        int rc = pass == 0 ? b->ops->attention_fwd(b->dev, o, saved, qkv, &ad, LLMT_DTYPE_F32,
-                                                   scratch)
-                           : b->ops->attention_bwd(b->dev, dqkv, o, qkv, NULL, o, &ad,
-                                                   LLMT_DTYPE_F32, scratch);
+        int rc = pass == 0 ? b->ops->attention_fwd(b->dev, c.o, c.saved, c.qkv, &c.ad,
+                                                   LLMT_DTYPE_F32, c.scratch)
+                           : b->ops->attention_bwd(b->dev, c.dqkv, c.o, c.qkv, NULL, c.o, &c.ad,
+                                                   LLMT_DTYPE_F32, c.scratch);
         assert_true(atomic_exchange(&g_left, 0) <= 0); /* the failure was reached */
         assert_int_equal(rc, LLMT_ENOMEM);
         assert_contains(llmt_error_last(), INJECTED);
     }
-    free(x);
-    dfree(b, qkv);
-    dfree(b, dqkv);
-    dfree(b, o);
-    dfree(b, saved);
-    dfree(b, scratch);
+    attn_case_free(&c);
 }
 
 /* The bf16 LM head's products run natively exactly where bf16 GEMMs do
@@ -205,20 +228,10 @@ void check_attention_native_products(int native)
 {
     const int dt = LLMT_DTYPE_BF16;
     backend *b = &g_cpu;
-    llmt_attn_dims ad = {1, 8, 1, 1, 16};
-    const int64_t m = ad.seq, ld = 3 * ad.head_dim, od = ad.head_dim;
-    llmt_op_dims dims = {0};
-    dims.batch = ad.batch, dims.seq = ad.seq, dims.hidden = od, dims.heads = ad.heads;
-    dims.kv_heads = ad.kv_heads, dims.head_dim = ad.head_dim, dims.dt = dt;
-    uint64_t s = 3;
-    float *x = randn(&s, m * ld, 1.0, dt);
-    void *scratch = scratch_alloc(b, dims, 0);
-    void *qkv = dput(b, x, m * ld, dt), *dqkv = dalloc(b, (size_t)(m * ld) * 2);
-    void *o = dalloc(b, (size_t)(m * od) * 2);
-    void *saved = dalloc(b, b->ops->attention_saved_bytes(&ad));
+    attn_case c = attn_case_open((llmt_attn_dims){1, 8, 1, 1, 16}, dt, 3);
     const int operands = native ? dt : LLMT_DTYPE_F32;
     seen_reset();
-    OK(b->ops->attention_fwd(b->dev, o, saved, qkv, &ad, dt, scratch));
+    OK(b->ops->attention_fwd(b->dev, c.o, c.saved, c.qkv, &c.ad, dt, c.scratch));
     assert_int_equal(g_seen.count, 2);
     const int fwd_operands[2] = {operands, LLMT_DTYPE_F32};
     for (int i = 0; i < 2; i++) {
@@ -226,17 +239,12 @@ void check_attention_native_products(int native)
         assert_int_equal(g_seen.c_dt[i], LLMT_DTYPE_F32);
     }
     seen_reset();
-    OK(b->ops->attention_bwd(b->dev, dqkv, o, qkv, saved, o, &ad, dt, scratch));
+    OK(b->ops->attention_bwd(b->dev, c.dqkv, c.o, c.qkv, c.saved, c.o, &c.ad, dt, c.scratch));
     assert_int_equal(g_seen.count, 4);
     const int bwd_results[4] = {LLMT_DTYPE_F32, operands, LLMT_DTYPE_F32, LLMT_DTYPE_F32};
     for (int i = 0; i < 4; i++) {
         assert_int_equal(g_seen.dt[i], operands);
         assert_int_equal(g_seen.c_dt[i], bwd_results[i]);
     }
-    free(x);
-    dfree(b, qkv);
-    dfree(b, dqkv);
-    dfree(b, o);
-    dfree(b, saved);
-    dfree(b, scratch);
+    attn_case_free(&c);
 }
