@@ -135,6 +135,18 @@ static int check_nothing_extra(const char *dir, const char *label, const llmt_ma
     return rc;
 }
 
+/* Whether shard file f is absent from dir, a per-node fast tier's copy:
+ * the file of a rank on another node. A data-parallel resume's reads find
+ * out whether the ranks that need it can read it. */
+static int on_another_node(const char *dir, const llmt_manifest_file *f)
+{
+    char *path = path_in(dir, f->name);
+    struct stat st;
+    int absent = path && lstat(path, &st) != 0 && errno == ENOENT;
+    free(path);
+    return absent;
+}
+
 /* Whether a check in mode what hashes file f of manifest m whole. */
 static int hashed(int what, const llmt_manifest *m, const llmt_manifest_file *f)
 {
@@ -166,9 +178,15 @@ int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int wh
         if (every || strcmp(man->files[i].name, CKPT_MODEL_FILE) == 0)
             rc = check_file(dir, label, &man->files[i], hashed(what, man, &man->files[i]));
     for (int32_t r = 0; every && r < man->world_size && !rc; r++) /* format 2 */
-        rc = check_file(dir, label, &man->shards[r].file, hashed(what, man, &man->shards[r].file));
+        if (!(what == LLMT_CKPT_CHECK_UNREAD && man->per_node &&
+              on_another_node(dir, &man->shards[r].file)))
+            rc = check_file(dir, label, &man->shards[r].file,
+                            hashed(what, man, &man->shards[r].file));
     if (!rc && every)
         rc = check_nothing_extra(dir, label, man);
+    if (rc == LLMT_ECORRUPT && man->per_node)
+        llmt_fail_suffix(rc, "(a fast tier local to each node: each node's copy holds the "
+                         "files of its own ranks, rank 0's node the common ones besides)");
     if (!m || rc)
         llmt_manifest_clear(man);
     return rc;

@@ -35,7 +35,9 @@ enum {
      * as a regular file of its listed size, no unlisted file, and the
      * XXH3-64 of every file no such read covers: optimizer.safetensors
      * (format 1, read in unchecked slices) and shard files of an empty
-     * range (no rank reads them; a header only). */
+     * range (no rank reads them; a header only). In a per-node fast
+     * tier's copy (llmt_manifest.per_node) a missing shard file is passed
+     * over: it is on another node, and the ranks that read it find out. */
     LLMT_CKPT_CHECK_UNREAD = 2,
 };
 

@@ -100,6 +100,10 @@ static void write_shards(llmt_jw *w, const llmt_manifest *m)
     put_i64(w, "world_size", m->world_size);
     put_i64(w, "elements", m->num_elements);
     put_u64(w, "chunk_bytes", m->chunk_bytes);
+    if (m->per_node) { /* absent otherwise: what earlier versions wrote */
+        llmt_jw_keyz(w, "per_node");
+        llmt_jw_bool(w, true);
+    }
     llmt_jw_keyz(w, "files");
     llmt_jw_begin_array(w);
     for (int32_t r = 0; r < m->world_size; r++) {
@@ -409,13 +413,20 @@ static int read_shard(const llmt_json *f, int32_t r, int32_t size, int64_t at, u
     return rc;
 }
 
-/* "shards" of format 2: ranges that tile [0, elements) in rank order. */
+/* "shards" of format 2: ranges that tile [0, elements) in rank order, and
+ * "per_node": true in a per-node fast tier's copy (absent otherwise). */
 static int read_shards(const llmt_json *o, llmt_manifest *m)
 {
-    static const char *const keys[] = {"world_size", "elements", "chunk_bytes", "files"};
+    static const char *const keys[] = {"world_size", "elements", "chunk_bytes", "files",
+                                       "per_node"};
+    const llmt_json *per_node = llmt_json_get(o, "per_node");
     int64_t size = 0;
     uint64_t chunk = 0;
-    int rc = expect_keys(o, "shards", keys, 4);
+    bool flag = false;
+    int rc = expect_keys(o, "shards", keys, per_node ? 5 : 4);
+    if (!rc && per_node && (llmt_json_bool(per_node, &flag) || !flag))
+        rc = BAD("shards.per_node is not true");
+    m->per_node = per_node != NULL;
     if (!rc) rc = get_i64(o, "shards", "world_size", &size);
     if (!rc) rc = get_i64(o, "shards", "elements", &m->num_elements);
     if (!rc) rc = get_u64(o, "shards", "chunk_bytes", &m->chunk_bytes);
@@ -530,6 +541,7 @@ int llmt_manifest_parse(const char *text, size_t len, llmt_manifest *m)
     uint64_t want = strtoull(digits, NULL, 16), got = XXH3_64bits(text, len - TRAILER_LEN);
     if (want != got)
         return BAD("checksum mismatch (trailer %016" PRIx64 ", contents %016" PRIx64 ")", want, got);
+    m->checksum = want;
     size_t body = len - TRAILER_LEN - 1;
     /* Nodes: a v1 manifest has a few hundred; a sharded one one per chunk
      * checksum besides (each at least 19 bytes of text). */

@@ -67,6 +67,14 @@ typedef struct llmt_manifest {
     int64_t num_elements;
     uint64_t chunk_bytes;
     llmt_manifest_shard *shards;
+    /* Format 2, a fast tier local to each node: this directory is one
+     * node's copy, holding the shard files of that node's ranks (and, on
+     * rank 0's node, the common files); the other files are on the other
+     * nodes. Every node's MANIFEST is the same bytes. */
+    int per_node;
+    /* Set by llmt_manifest_parse (not written): the trailer's XXH3-64 of
+     * the JSON, which tells two manifests apart. */
+    uint64_t checksum;
 } llmt_manifest;
 
 /* Formats m as MANIFEST bytes (JSON, newline, "xxh3:" 16 hex digits,

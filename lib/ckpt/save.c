@@ -319,17 +319,27 @@ static int write_data(const char *tmp, ckpt_snapshot *snap, int sync)
     return LLMT_OK;
 }
 
-/* Writes m as tmp's MANIFEST, last, and makes tmp's entries durable. */
-static int write_manifest(const char *tmp, const llmt_manifest *m, int sync)
+/* Writes text (len bytes) as tmp's MANIFEST, last, and makes tmp's entries
+ * durable. */
+static int write_manifest_text(const char *tmp, const char *text, size_t len, int sync)
 {
-    char *text = NULL, *path = join(tmp, CKPT_MANIFEST_FILE);
-    size_t len = 0;
-    int rc = path ? llmt_manifest_format(m, &text, &len) : llmt_fail(LLMT_ENOMEM, "out of memory");
-    if (!rc)
-        rc = llmt_write_file(path, text, len, sync, NULL);
-    free(text);
+    char *path = join(tmp, CKPT_MANIFEST_FILE);
+    int rc = path ? llmt_write_file(path, text, len, sync, NULL)
+                  : llmt_fail(LLMT_ENOMEM, "out of memory");
     free(path);
     return !rc && sync ? llmt_sync_dir(tmp) : rc;
+}
+
+/* Writes m as tmp's MANIFEST (write_manifest_text). */
+static int write_manifest(const char *tmp, const llmt_manifest *m, int sync)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = llmt_manifest_format(m, &text, &len);
+    if (!rc)
+        rc = write_manifest_text(tmp, text, len, sync);
+    free(text);
+    return rc;
 }
 
 int llmt_ckpt_write_dir(const char *tmp, ckpt_snapshot *snap, int sync)
@@ -469,9 +479,9 @@ int llmt_ckpt_sharded_write_common(const char *tmp, ckpt_snapshot *snap, int syn
     return write_data(tmp, snap, sync);
 }
 
-int llmt_ckpt_sharded_commit(llmt_ckpt_store *s, ckpt_snapshot *snap, const char *tmp)
+int llmt_ckpt_commit_manifest(llmt_ckpt_store *s, int32_t tier, int64_t step, const char *tmp,
+                              const char *text, size_t len)
 {
-    llmt_manifest *m = &snap->manifest;
-    int rc = write_manifest(tmp, m, s->sync[snap->tier]);
-    return publish(s, snap->tier, m->step, tmp, rc);
+    int rc = write_manifest_text(tmp, text, len, s->sync[tier]);
+    return publish(s, tier, step, tmp, rc);
 }

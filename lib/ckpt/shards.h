@@ -43,9 +43,13 @@ int llmt_ckpt_sharded_begin(llmt_ckpt_store *s, const llmt_train_state *st, int3
 /* Writes model.safetensors and user.bin of snap into tmp. */
 int llmt_ckpt_sharded_write_common(const char *tmp, ckpt_snapshot *snap, int sync);
 
-/* Writes snap's manifest (format 2, its shards filled in: one record per
- * rank) as tmp's MANIFEST and commits tmp as the step (fsync, rename,
- * rotation: llmt_ckpt_commit's second half). tmp is removed on failure. */
-int llmt_ckpt_sharded_commit(llmt_ckpt_store *s, ckpt_snapshot *snap, const char *tmp);
+/* Writes text (len bytes: a formatted manifest of format 2, its shards
+ * filled in, one record per rank) as tmp's MANIFEST and commits tmp as step
+ * of tier (fsync, rename, rotation: llmt_ckpt_commit's second half). tmp is
+ * removed on failure. A per-node fast tier's save commits the same bytes on
+ * every node, each node's leader into a store of its own
+ * (lib/train/dist_fast_tier.c). */
+int llmt_ckpt_commit_manifest(llmt_ckpt_store *s, int32_t tier, int64_t step, const char *tmp,
+                              const char *text, size_t len);
 
 #endif

@@ -6,7 +6,9 @@
  * their file records, and rank 0 writes the MANIFEST and renames. A failure
  * anywhere removes the temporary directory: the previous checkpoint stays
  * the newest valid one (dist_ckpt_async.c runs the same protocol with the
- * writing on a thread of each rank's own; dist_resume.c loads). */
+ * writing on a thread of each rank's own; dist_resume.c loads). A fast tier
+ * local to each node has a leader on each other node that makes, fills and
+ * commits that node's copy before rank 0 commits (dist_fast_tier.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/dist_ckpt.h"
+#include "train/dist_fast_tier.h"
 #include "train/trainer_internal.h"
 #include "util/fsutil.h"
 #include "util/task.h"
@@ -139,6 +142,8 @@ int llmt_dist_save_open(llmt_trainer *tr, int32_t tier, llmt_dist_save *sv, char
 {
     llmt_comm *c = tr->parts.optimizer->comm;
     memset(sv, 0, sizeof *sv);
+    if (tier == LLMT_CKPT_FAST)
+        LLMT_TRY(llmt_dist_fast_layout(tr));
     sv->tier = tier;
     sv->step = tr->step;
     llmt_train_state st = LLMT_TRAIN_STATE_INIT;
@@ -162,6 +167,8 @@ int llmt_dist_save_open(llmt_trainer *tr, int32_t tier, llmt_dist_save *sv, char
         rc = llmt_comm_broadcast(c, "checkpoint start", &start, sizeof start, ROOT);
     memcpy(sv->dir, start.tmp, sizeof sv->dir);
     sv->sync = (int)start.sync;
+    if (!rc)
+        rc = llmt_dist_fast_begin(tr, sv); /* the same directory on each node */
     return rc ? discard(sv, rc) : LLMT_OK;
 }
 
@@ -215,14 +222,23 @@ int llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc)
     if (shards) { /* rank 0's manifest owns them from here on */
         sv->snap.manifest.shards = shards;
         sv->snap.manifest.world_size = llmt_comm_size(c);
+        sv->snap.manifest.per_node = llmt_dist_fast_per_node(tr, sv->tier);
     }
+    char *text = NULL;
+    size_t len = 0;
+    if (!rc)
+        rc = llmt_dist_agree(c, root ? llmt_manifest_format(&sv->snap.manifest, &text, &len)
+                                     : LLMT_OK);
+    if (!rc) /* a per-node fast tier: the other nodes first */
+        rc = llmt_dist_fast_commit_nodes(tr, sv, &text, &len);
     if (!rc) { /* rank 0 commits (or removes tmp); the ranks learn how it went */
-        rc = llmt_dist_agree(c, root ? llmt_ckpt_sharded_commit(tr->parts.store, &sv->snap,
-                                                                sv->tmp)
+        rc = llmt_dist_agree(c, root ? llmt_ckpt_commit_manifest(tr->parts.store, sv->tier,
+                                                                 sv->step, sv->tmp, text, len)
                                      : LLMT_OK);
         free(sv->tmp); /* committed, or removed by the commit */
         sv->tmp = NULL;
     }
+    free(text);
     if (rc && tr->saved[sv->tier] == sv->step)
         tr->saved[sv->tier] = -1;
     return discard(sv, rc);

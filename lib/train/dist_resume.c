@@ -19,6 +19,7 @@
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/dist_ckpt.h"
+#include "train/dist_fast_tier.h"
 #include "train/trainer_internal.h"
 #include "util/task.h"
 
@@ -33,6 +34,8 @@
 typedef struct position {
     int64_t more, found, step, tokens_seen;
     int32_t tier;
+    int32_t per_node;  /* a per-node fast tier's checkpoint (llmt_manifest.per_node) */
+    uint64_t manifest; /* rank 0's MANIFEST checksum: every rank's copy must match */
     uint64_t blob_len;
     char blob[256];
     llmt_loader_state loader;
@@ -52,11 +55,15 @@ typedef struct position {
 typedef struct range_read {
     llmt_optimizer *o;
     int64_t step;
+    int per_node;
+    uint64_t manifest;
     char dir[PATH_CAP];
     llmt_task task;
 } range_read;
 
-/* From the files of the checkpoint in rr->dir. */
+/* From the files of the checkpoint in rr->dir, whose MANIFEST must be the
+ * one rank 0 read (a per-node fast tier's copy on this rank's node may be
+ * left from a save that rank 0 did not commit). */
 static int read_range(void *arg)
 {
     range_read *rr = arg;
@@ -64,8 +71,16 @@ static int read_range(void *arg)
     snprintf(label, sizeof label, "checkpoint %s", rr->dir);
     llmt_manifest mf;
     int rc = llmt_ckpt_read_manifest_at(rr->dir, label, rr->step, &mf);
-    if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
+    if (!rc && mf.checksum != rr->manifest)
+        rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not the one rank 0 read (a save of this "
+                       "step that did not complete on every node)", label, CKPT_MANIFEST_FILE);
+    else if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o))) {
+        if (rc == LLMT_ECORRUPT && rr->per_node)
+            llmt_fail_suffix(rc, "(a fast tier local to each node: each node's copy holds its "
+                             "own ranks' files, so it resumes only with the ranks on the nodes "
+                             "that saved it)");
         llmt_fail_prefix(rc, "%s", label);
+    }
     llmt_manifest_clear(&mf);
     return rc;
 }
@@ -74,6 +89,8 @@ static void range_read_start(range_read *rr, llmt_optimizer *o, const position *
 {
     rr->o = o;
     rr->step = pos->found;
+    rr->per_node = pos->per_node;
+    rr->manifest = pos->manifest;
     memcpy(rr->dir, pos->dir, sizeof rr->dir);
     llmt_task_start(&rr->task, read_range, rr, o->model->ops->host_memory);
 }
@@ -109,6 +126,8 @@ static int root_check(search *sr, llmt_ckpt_store *s, int64_t step, int32_t tier
     pos->tier = tier;
     pos->opt_cfg = mf.optimizer;
     pos->opt_steps = mf.optimizer_steps;
+    pos->per_node = mf.per_node;
+    pos->manifest = mf.checksum;
     llmt_manifest_clear(&mf);
     return rc;
 }
@@ -193,14 +212,19 @@ static int load_everywhere(llmt_trainer *tr, position *pos, search *sr)
     llmt_optimizer *o = tr->parts.optimizer;
     llmt_model *m = tr->parts.model;
     llmt_comm *c = o->comm;
-    /* Every rank must see the checkpoint (a fast tier on rank 0's node is
-     * not visible from the others). */
-    LLMT_TRY(llmt_dist_agree(c, access(pos->dir, R_OK | X_OK) == 0
-                                    ? LLMT_OK
-                                    : llmt_fail(LLMT_EIO, "rank %d cannot read the checkpoint "
-                                                "%s (a fast tier on rank 0's node is not "
-                                                "visible to ranks on other nodes)",
-                                                llmt_comm_rank(c), pos->dir)));
+    /* Every rank must see the checkpoint. The durable directory is shared;
+     * a fast one may be local to each node, and a checkpoint missing on a
+     * rank's node makes every rank go on to the next candidate. */
+    int seen = LLMT_OK;
+    if (access(pos->dir, R_OK | X_OK) != 0 && pos->tier == LLMT_CKPT_FAST)
+        seen = llmt_fail(LLMT_ECORRUPT, "rank %d: checkpoint %s: not on this rank's node (a "
+                         "fast tier local to each node resumes only with the ranks on the "
+                         "nodes that saved it)", llmt_comm_rank(c), pos->dir);
+    else if (access(pos->dir, R_OK | X_OK) != 0)
+        seen = llmt_fail(LLMT_EIO, "rank %d cannot read the checkpoint %s (the durable "
+                         "directory must be one file system that every rank sees)",
+                         llmt_comm_rank(c), pos->dir);
+    LLMT_TRY(llmt_dist_agree(c, seen));
     range_read rr; /* rank 0 too: two streams read faster than one after the other */
     range_read_start(&rr, o, pos);
     int rc = llmt_dist_agree(c, sr ? root_load(sr) : LLMT_OK);
@@ -301,6 +325,7 @@ int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step)
 {
     llmt_optimizer *o = tr->parts.optimizer;
     LLMT_TRY(llmt_trainer_dist_join(tr)); /* the save in flight is committed first */
+    LLMT_TRY(llmt_dist_fast_layout(tr));  /* where each rank finds a fast checkpoint */
     position *pos = calloc(1, sizeof *pos);
     int rc = llmt_dist_agree(o->comm, pos ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "resume: out of "
                                                                 "memory"));

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/loader_internal.h"
 #include "optim/optim_internal.h"
+#include "train/dist_fast_tier.h"
 #include "train/trainer_internal.h"
 #include "util/json.h"
 
@@ -168,6 +169,7 @@ void llmt_trainer_free(llmt_trainer *tr)
     if (tr->parts.store)
         llmt_ckpt_wait(tr->parts.store);
     llmt_trainer_dist_free(tr); /* local: abandons a data-parallel save in flight */
+    llmt_dist_fast_free(tr);
     llmt_metrics_close(tr);
     if (tr->owned)
         llmt_trainer_free_owned(tr);

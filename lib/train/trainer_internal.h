@@ -25,6 +25,9 @@ struct llmt_trainer {
     /* A data-parallel run's async save (dist_ckpt_async.c; NULL until the
      * first). */
     struct llmt_dist_async *dist_async;
+    /* A data-parallel run's fast tier: whether it is local to each node
+     * (dist_fast_tier.c; NULL until the first fast save or resume). */
+    struct llmt_dist_fast *dist_fast;
     int32_t *tokens, *targets; /* the current batch (host) */
     llmt_loader_state eval_start;
 

@@ -7,6 +7,8 @@
 #include <xxhash.h>
 
 #include "ckpt_fixture.h"
+#include "model/model_internal.h"
+#include "optim/optim_internal.h"
 
 void sh(const char *fmt, const char *a, const char *b)
 {
@@ -48,6 +50,24 @@ int64_t resume(run *r, const char *dir, llmt_comm *comm, const char *ckpt, int *
     MPI_Allreduce(&step, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
     EXPECT(lo == hi, "the ranks resumed from steps %lld..%lld", (long long)lo, (long long)hi);
     return step;
+}
+
+int same_as_uninterrupted(const run *r, const char *dir, int64_t steps)
+{
+    run ref;
+    run_open(&ref, dir, LLMT_PRECISION_BF16_MIXED, NULL, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    train(&ref, (int)steps, NULL);
+    const llmt_buf *a[3] = {&r->opt->m, &r->opt->v, &r->opt->master};
+    const llmt_buf *b[3] = {&ref.opt->m, &ref.opt->v, &ref.opt->master};
+    const size_t es[3] = {llmt_dtype_size(r->opt->state_dt), llmt_dtype_size(r->opt->state_dt),
+                          sizeof(float)};
+    int same = memcmp(r->model->weights.ptr, ref.model->weights.ptr, r->model->weights.bytes) == 0;
+    for (int k = 0; k < 3; k++)
+        same &= r->opt->end == r->opt->first ||
+                memcmp(a[k]->ptr, (const char *)b[k]->ptr + (size_t)r->opt->first * es[k],
+                       (size_t)(r->opt->end - r->opt->first) * es[k]) == 0;
+    run_close(&ref);
+    return same;
 }
 
 void read_manifest(const char *ckpt, int step, llmt_manifest *m)

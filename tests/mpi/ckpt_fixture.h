@@ -29,6 +29,11 @@ void keep_log(void *user, const char *line);
  * (checked to be the same on all). */
 int64_t resume(run *r, const char *dir, llmt_comm *comm, const char *ckpt, int *status);
 
+/* Whether r's weights and this rank's range of the optimizer state are
+ * those of the uninterrupted run (one process, ordered slicer, seed 77)
+ * after steps steps, bit for bit. */
+int same_as_uninterrupted(const run *r, const char *dir, int64_t steps);
+
 /* Parses the MANIFEST of step in ckpt into m (aborts on failure). */
 void read_manifest(const char *ckpt, int step, llmt_manifest *m);
 

@@ -5,6 +5,8 @@
 #include "dp_run.h"
 
 int32_t layers = 2, micro = MICRO;
+const char *fast_dir;
+int64_t fast_every;
 
 /* One shard of a learnable token stream (the same on every rank). */
 void write_shard(const char *dir)
@@ -24,8 +26,8 @@ void write_shard(const char *dir)
 }
 
 /* A run over dir's shard: sharded over comm (NULL: one process with an
- * ordered slicer); with ckpt_dir, rank 0 holds a store there and the run
- * checkpoints every `every` steps (0: never). */
+ * ordered slicer); with ckpt_dir, rank 0 holds a store there (and the fast
+ * tier fast_dir) and the run checkpoints every `every` steps (0: never). */
 void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduce,
                      const char *ckpt_dir, int64_t every, uint64_t seed)
 {
@@ -71,8 +73,10 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     dc.seq_len = T;
     dc.vocab_size = VOCAB;
     must(llmt_loader_open_glob(&r->loader, r->ctx, pattern, &dc), "loader");
+    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+    sc.fast_dir = fast_dir;
     if (ckpt_dir && (!comm || llmt_comm_rank(comm) == 0))
-        must(llmt_ckpt_store_open(&r->store, r->ctx, ckpt_dir, NULL), "store");
+        must(llmt_ckpt_store_open(&r->store, r->ctx, ckpt_dir, &sc), "store");
     llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
     p.model = r->model;
     p.optimizer = r->opt;
@@ -86,6 +90,7 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     tc.total_steps = STEPS;
     tc.adaptive = 0;
     tc.checkpoint_every = every;
+    tc.fast_checkpoint_every = ckpt_dir && fast_dir ? fast_every : 0;
     must(llmt_trainer_create(&r->tr, &p, &tc), "trainer");
 }
 

@@ -16,6 +16,11 @@ enum { VOCAB = 32, B = 12, MICRO = 2, T = 8, STEPS = 20, HALF = 10 };
  * parameter) and micro-batch rows (B: one micro-batch for all ranks). */
 extern int32_t layers, micro;
 
+/* The fast tier of the next runs that have a ckpt_dir: rank 0's store gets
+ * fast_dir (NULL: none) and the run saves there every fast_every steps. */
+extern const char *fast_dir;
+extern int64_t fast_every;
+
 
 /* Writes dir/train_000000.bin: one shard of a learnable token stream. */
 void write_shard(const char *dir);

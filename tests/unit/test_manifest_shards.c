@@ -85,11 +85,41 @@ static void test_broken_tables_refused(void **state)
     }
 }
 
+/* A per-node fast tier's copy says "per_node": true in the table, and
+ * that alone: a false or a number is refused. */
+static void test_per_node_flag(void **state)
+{
+    (void)state;
+    static char text[sizeof body + 64];
+    const char *from = "\"chunk_bytes\":";
+    char *at = strstr(body, from);
+    assert_non_null(at);
+    size_t n = (size_t)(at - body);
+    memcpy(text, body, n);
+    n += (size_t)snprintf(text + n, sizeof text - n, "\"per_node\":true,%s", at);
+    n += (size_t)snprintf(text + n, sizeof text - n, "xxh3:%016llx\n",
+                          (unsigned long long)XXH3_64bits(text, n));
+    llmt_manifest m;
+    assert_int_equal(llmt_manifest_parse(text, n, &m), LLMT_OK);
+    assert_true(m.per_node);
+    char *again = NULL;
+    size_t len = 0;
+    assert_int_equal(llmt_manifest_format(&m, &again, &len), LLMT_OK);
+    assert_non_null(strstr(again, "\"per_node\":true"));
+    llmt_manifest_clear(&m);
+    free(again);
+    assert_int_equal(parse_with(from, "\"per_node\":false,\"chunk_bytes\":"), LLMT_ECORRUPT);
+    assert_int_equal(parse_with(from, "\"per_node\":1,\"chunk_bytes\":"), LLMT_ECORRUPT);
+    /* Without it: not per node, as every save before the flag existed. */
+    assert_null(strstr(body, "per_node"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_as_saved_parses),
         cmocka_unit_test(test_broken_tables_refused),
+        cmocka_unit_test(test_per_node_flag),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

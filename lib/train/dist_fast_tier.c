@@ -1,0 +1,232 @@
+/* A fast tier local to each node (see dist_fast_tier.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/shards.h"
+#include "core/error.h"
+#include "dist/comm_internal.h"
+#include "optim/optim_internal.h"
+#include "train/dist_fast_tier.h"
+#include "util/fsutil.h"
+
+#define ROOT LLMT_DIST_ROOT
+#define PATH_CAP LLMT_DIST_PATH_CAP
+
+/* What rank 0 tells the others about its fast tier. */
+typedef struct fast_tier {
+    int64_t has, keep;
+    uint64_t nonce; /* names this probe's directory */
+    char path[PATH_CAP];
+} fast_tier;
+
+/* This rank's mark in the probe directory: dir (made on the first rank of a
+ * node to get there) and the file "rank-R" in it. */
+static int leave_mark(const char *path, const char *dir, int32_t me)
+{
+    char file[PATH_CAP + 96];
+    snprintf(file, sizeof file, "%s/rank-%d", dir, (int)me);
+    int rc = llmt_mkdirs(path);
+    if (!rc && mkdir(dir, 0700) != 0 && errno != EEXIST)
+        rc = llmt_fail(LLMT_EIO, "%s: %s", dir, strerror(errno));
+    int fd = rc ? -1 : open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (!rc && fd < 0)
+        rc = llmt_fail(LLMT_EIO, "%s: %s", file, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return rc ? llmt_fail_prefix(rc, "rank %d: the fast checkpoint directory", (int)me) : rc;
+}
+
+/* The ranks whose marks dir holds: seen[r] = 1 (n ranks). */
+static int read_marks(const char *dir, uint8_t *seen, int32_t n)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return llmt_fail(LLMT_EIO, "%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end = NULL;
+        long r = strncmp(e->d_name, "rank-", 5) == 0 ? strtol(e->d_name + 5, &end, 10) : -1;
+        if (end && !*end && r >= 0 && r < n)
+            seen[r] = 1;
+    }
+    closedir(d);
+    return LLMT_OK;
+}
+
+/* Whom this rank shares its directory with (seen) against every rank's
+ * leader: a rank sees exactly those with its leader. */
+static int check_groups(const uint8_t *seen, const int32_t *leaders, int32_t n, int32_t me,
+                        const char *path)
+{
+    for (int32_t r = 0; r < n; r++)
+        if (!seen[r] != (leaders[r] != leaders[me]))
+            return llmt_fail(LLMT_EIO, "fast checkpoint directory %s: rank %d %s rank %d's "
+                             "files there, but ranks %d and %d disagree on that (a "
+                             "directory shared by some ranks of a node but not all?)",
+                             path, (int)me, seen[r] ? "sees" : "does not see", (int)r,
+                             (int)me, (int)r);
+    return LLMT_OK;
+}
+
+/* The probe (collective): every rank leaves its mark under msg's path,
+ * reads whose marks it sees there, and the ranks compare. Fills f. */
+static int probe(llmt_comm *c, const fast_tier *msg, llmt_dist_fast *f)
+{
+    const int32_t n = llmt_comm_size(c), me = llmt_comm_rank(c);
+    char dir[PATH_CAP + 64];
+    snprintf(dir, sizeof dir, "%s/step-probe.tmp-%016llx", msg->path,
+             (unsigned long long)msg->nonce); /* a name the stores clean up at open */
+    uint8_t *seen = calloc((size_t)n, 1);
+    int32_t *leaders = calloc((size_t)n, sizeof *leaders);
+    size_t *bytes = calloc((size_t)n * 2, sizeof *bytes);
+    int rc = seen && leaders && bytes ? leave_mark(msg->path, dir, me)
+                                      : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    rc = llmt_dist_agree(c, rc);
+    if (!rc)
+        rc = llmt_dist_agree(c, read_marks(dir, seen, n));
+    int32_t lead = 0;
+    while (!rc && lead < me && !seen[lead]) /* seen[me], else check_groups fails */
+        lead++;
+    for (int32_t r = 0; !rc && r < n; r++) {
+        bytes[r] = sizeof *leaders;
+        bytes[n + r] = (size_t)r * sizeof *leaders;
+    }
+    if (!rc) {
+        leaders[me] = lead;
+        rc = llmt_comm_allgatherv(c, "fast tier", &leaders[me], leaders, bytes, bytes + n);
+    }
+    if (!rc)
+        rc = llmt_dist_agree(c, check_groups(seen, leaders, n, me, msg->path));
+    if (!rc && lead == me) /* every rank has read the marks */
+        llmt_remove_tree(dir);
+    for (int32_t r = 0; !rc && r < n; r++)
+        f->nodes += leaders[r] == r;
+    f->per_node = f->nodes > 1;
+    f->leader = !rc && lead == me;
+    free(bytes);
+    free(leaders);
+    free(seen);
+    return rc;
+}
+
+int llmt_dist_fast_layout(llmt_trainer *tr)
+{
+    if (tr->dist_fast)
+        return LLMT_OK;
+    llmt_comm *c = tr->parts.optimizer->comm;
+    const int32_t me = llmt_comm_rank(c);
+    fast_tier *msg = calloc(1, sizeof *msg);
+    llmt_dist_fast *f = calloc(1, sizeof *f);
+    int rc = msg && f ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    const llmt_ckpt_store *s = tr->parts.store;
+    if (!rc && me == ROOT && s && s->dir[LLMT_CKPT_FAST]) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        msg->has = 1;
+        msg->keep = s->keep[LLMT_CKPT_FAST];
+        msg->nonce = ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) ^
+                     ((uint64_t)getpid() << 40);
+        if (strlen(s->dir[LLMT_CKPT_FAST]) >= sizeof msg->path - 64)
+            rc = llmt_fail(LLMT_EINVAL, "checkpoint: %s: path too long", s->dir[LLMT_CKPT_FAST]);
+        else
+            snprintf(msg->path, sizeof msg->path, "%s", s->dir[LLMT_CKPT_FAST]);
+    }
+    rc = llmt_dist_agree(c, rc);
+    if (!rc)
+        rc = llmt_comm_broadcast(c, "fast tier", msg, sizeof *msg, ROOT);
+    if (!rc) {
+        f->nodes = 1;
+        f->leader = me == ROOT;
+    }
+    if (!rc && msg->has && llmt_comm_size(c) > 1) {
+        f->nodes = 0;
+        rc = probe(c, msg, f);
+    }
+    if (!rc && f->per_node && f->leader && me != ROOT) {
+        llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+        sc.keep = (int32_t)msg->keep;
+        sc.sync = 0; /* as rank 0's fast tier */
+        rc = llmt_ckpt_store_open(&f->store, tr->ctx, msg->path, &sc);
+        if (rc)
+            llmt_fail_prefix(rc, "rank %d: the fast checkpoint directory of its node", (int)me);
+    }
+    rc = llmt_dist_agree(c, rc);
+    if (!rc && f->per_node && me == ROOT)
+        llmt_trainer_log(tr, "checkpoint", "fast tier %s: local to each node (%d nodes): each "
+                         "node keeps its ranks' files, and resumes from it need the ranks on "
+                         "the same nodes", msg->path, (int)f->nodes);
+    if (rc && f)
+        llmt_ckpt_store_free(f->store);
+    if (rc)
+        free(f);
+    else
+        tr->dist_fast = f;
+    free(msg);
+    return rc;
+}
+
+int llmt_dist_fast_per_node(const llmt_trainer *tr, int32_t tier)
+{
+    return tier == LLMT_CKPT_FAST && tr->dist_fast && tr->dist_fast->per_node;
+}
+
+int llmt_dist_fast_begin(llmt_trainer *tr, llmt_dist_save *sv)
+{
+    if (!llmt_dist_fast_per_node(tr, sv->tier))
+        return LLMT_OK;
+    llmt_comm *c = tr->parts.optimizer->comm;
+    const int32_t me = llmt_comm_rank(c);
+    int rc = LLMT_OK;
+    if (tr->dist_fast->leader && me != ROOT) {
+        if (mkdir(sv->dir, 0700) != 0)
+            rc = llmt_fail(LLMT_EIO, "rank %d: %s: cannot create the step's directory on its "
+                           "node's fast tier: %s", (int)me, sv->dir, strerror(errno));
+        else if (!(sv->tmp = strdup(sv->dir)))
+            rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+        if (rc == LLMT_ENOMEM)
+            rmdir(sv->dir);
+    }
+    return llmt_dist_agree(c, rc);
+}
+
+int llmt_dist_fast_commit_nodes(llmt_trainer *tr, llmt_dist_save *sv, char **text, size_t *len)
+{
+    if (!llmt_dist_fast_per_node(tr, sv->tier))
+        return LLMT_OK;
+    llmt_comm *c = tr->parts.optimizer->comm;
+    const int32_t me = llmt_comm_rank(c);
+    int64_t bytes = (int64_t)*len;
+    LLMT_TRY(llmt_comm_broadcast(c, "checkpoint manifest", &bytes, sizeof bytes, ROOT));
+    int rc = LLMT_OK;
+    if (me != ROOT && !(*text = malloc((size_t)bytes + 1)))
+        rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    rc = llmt_dist_agree(c, rc);
+    if (!rc)
+        rc = llmt_comm_broadcast_all(c, "checkpoint manifest", *text, (size_t)bytes, ROOT);
+    *len = (size_t)bytes;
+    if (!rc && tr->dist_fast->leader && me != ROOT) {
+        rc = llmt_ckpt_commit_manifest(tr->dist_fast->store, LLMT_CKPT_DURABLE, sv->step,
+                                       sv->tmp, *text, *len);
+        if (rc)
+            llmt_fail_prefix(rc, "rank %d: its node's fast tier", (int)me);
+        free(sv->tmp); /* committed, or removed by the commit */
+        sv->tmp = NULL;
+    }
+    return llmt_dist_agree(c, rc);
+}
+
+void llmt_dist_fast_free(llmt_trainer *tr)
+{
+    if (!tr->dist_fast)
+        return;
+    llmt_ckpt_store_free(tr->dist_fast->store);
+    free(tr->dist_fast);
+    tr->dist_fast = NULL;
+}

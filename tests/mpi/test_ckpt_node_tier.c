@@ -1,0 +1,283 @@
+/* A fast checkpoint tier local to each node, under mpiexec -n 4.
+ *
+ * The nodes are simulated on one machine: the fast tier's path is the
+ * relative "fast", and each rank works in the directory of its "node"
+ * (DIR/<case>/A or B), so the same path names another directory on each
+ * node, as /dev/shm does on real nodes. The durable tier is DIR/<case>/
+ * durable, shared. Ranks 0 and 1 are on node A, ranks 2 and 3 on node B
+ * (the layout "AABB") unless a case says otherwise.
+ *
+ *   - Saves every 2 steps into the fast tier, every 4 into the durable one,
+ *     6 steps: each node keeps its two newest fast checkpoints, node A's
+ *     copy holds the common files and the files of ranks 0 and 1, node B's
+ *     those of ranks 2 and 3, the MANIFESTs are the same bytes (marked per
+ *     node), and nothing else is left in either directory. The durable
+ *     checkpoint is whole and not marked.
+ *   - A resume with the ranks where they were takes the fast step 6, and 4
+ *     more steps give the uninterrupted run's bits.
+ *   - A resume with the ranks on other nodes ("ABAB") cannot read step 6 on
+ *     ranks 1 and 2: every rank falls back to the durable step 4 (logged),
+ *     and continues to the same bits.
+ *   - Node B's copy of step 6 replaced by another run's (a save of that
+ *     step that rank 0 did not commit), or one of its files deleted: every
+ *     rank falls back to step 4, the log naming the cause.
+ *   - Every rank on one node ("AAAA"): the fast checkpoint is whole and not
+ *     marked, as before this tier existed.
+ *
+ * Usage: mpiexec -n 4 test_ckpt_node_tier DIR (an absolute path). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "ckpt/manifest.h"
+#include "ckpt_fixture.h"
+#include "dp_run.h"
+#include "llmt/comm_mpi.h"
+
+enum { SAVED = 6, MORE = 4 };
+
+/* The files of a whole checkpoint of 4 ranks (ls -A order). */
+#define ALL_FILES                                                                      \
+    "MANIFEST\nmodel.safetensors\noptimizer-00001-of-00004.safetensors\n"             \
+    "optimizer-00002-of-00004.safetensors\noptimizer-00003-of-00004.safetensors\n"     \
+    "optimizer-00004-of-00004.safetensors\nuser.bin\n"
+
+/* This rank's node in layout ("AABB": one letter per rank). */
+static char node_of(const char *layout)
+{
+    return layout[rank];
+}
+
+/* Moves this rank into its node's directory of case dir/tag (made by rank
+ * 0 with the durable directory), so "fast" is its node's fast tier. */
+static void enter(const char *dir, const char *tag, const char *layout, char *durable,
+                  size_t cap)
+{
+    char path[900];
+    snprintf(durable, cap, "%s/%s/durable", dir, tag);
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/%s", dir, tag);
+        sh("mkdir -p '%s/A' '%s/B'", path, path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(path, sizeof path, "%s/%s/%c", dir, tag, node_of(layout));
+    if (chdir(path) != 0)
+        must(LLMT_EIO, path);
+}
+
+/* A run of case tag from step 0 to SAVED with seed, saving as the header
+ * says; the last save committed. */
+static void save_run(const char *dir, const char *tag, const char *layout, llmt_comm *comm,
+                     uint64_t seed)
+{
+    char durable[900];
+    enter(dir, tag, layout, durable, sizeof durable);
+    run r;
+    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, durable, 4,
+             seed);
+    train(&r, SAVED, NULL);
+    must(llmt_trainer_save(r.tr, LLMT_CKPT_FAST), "the last save");
+    run_close(&r);
+}
+
+/* The entries of path other than "." and "..", sorted, one per line. */
+static void entries(const char *path, char *out, size_t cap)
+{
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' 2>&1", path);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+    out[n] = '\0';
+    if (p)
+        pclose(p);
+}
+
+/* The bytes of a file (malloc'ed; NULL when it cannot be read). */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = f ? malloc(1 << 20) : NULL;
+    *len = buf ? fread(buf, 1, 1 << 20, f) : 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Expects node's copy of step in case dir (its checkpoint directory path)
+ * to hold exactly the files listed in want (ls -A order). */
+static void expect_files(const char *ckpt, const char *want)
+{
+    char got[1024];
+    entries(ckpt, got, sizeof got);
+    EXPECT(!strcmp(got, want), "%s holds:\n%swanted:\n%s", ckpt, got, want);
+}
+
+static void test_layout_of_files(const char *dir, llmt_comm *comm)
+{
+    save_run(dir, "files", "AABB", comm, 77);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char a[900], b[900], got[1024];
+        snprintf(a, sizeof a, "%s/files/A/fast", dir);
+        snprintf(b, sizeof b, "%s/files/B/fast", dir);
+        entries(a, got, sizeof got);
+        EXPECT(!strcmp(got, "llmt.lock\nstep-00000004\nstep-00000006\n"), "node A's fast tier "
+               "holds:\n%s", got);
+        entries(b, got, sizeof got);
+        EXPECT(!strcmp(got, "llmt.lock\nstep-00000004\nstep-00000006\n"), "node B's fast tier "
+               "holds:\n%s", got);
+        snprintf(a, sizeof a, "%s/files/A/fast/step-00000006", dir);
+        snprintf(b, sizeof b, "%s/files/B/fast/step-00000006", dir);
+        expect_files(a, "MANIFEST\nmodel.safetensors\noptimizer-00001-of-00004.safetensors\n"
+                        "optimizer-00002-of-00004.safetensors\nuser.bin\n");
+        expect_files(b, "MANIFEST\noptimizer-00003-of-00004.safetensors\n"
+                        "optimizer-00004-of-00004.safetensors\n");
+        char ma[1000], mb[1000];
+        snprintf(ma, sizeof ma, "%s/MANIFEST", a);
+        snprintf(mb, sizeof mb, "%s/MANIFEST", b);
+        size_t la = 0, lb = 0;
+        char *ta = slurp(ma, &la), *tb = slurp(mb, &lb);
+        EXPECT(ta && tb && la == lb && !memcmp(ta, tb, la), "the nodes' MANIFESTs differ");
+        llmt_manifest m;
+        EXPECT(ta && llmt_manifest_parse(ta, la, &m) == LLMT_OK && m.per_node &&
+                   m.world_size == 4, "node A's MANIFEST: not a per-node one of 4 ranks");
+        llmt_manifest_clear(&m);
+        free(ta);
+        free(tb);
+        char d[900];
+        snprintf(d, sizeof d, "%s/files/durable", dir);
+        read_manifest(d, 4, &m);
+        EXPECT(!m.per_node, "the durable checkpoint is marked per node");
+        llmt_manifest_clear(&m);
+        snprintf(d, sizeof d, "%s/files/durable/step-00000004", dir);
+        expect_files(d, ALL_FILES);
+    }
+}
+
+/* A copy of case "files" as case tag, made by rank 0. */
+static void copy_case(const char *dir, const char *tag)
+{
+    char from[900], to[900];
+    snprintf(from, sizeof from, "%s/files", dir);
+    snprintf(to, sizeof to, "%s/%s", dir, tag);
+    if (rank == 0) {
+        sh("rm -rf '%s'%s", to, "");
+        sh("cp -a '%s' '%s'", from, to);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Resumes case tag with the ranks in layout: every rank from step want, its
+ * log holding logged (when not NULL); then MORE steps (saving on) give the
+ * uninterrupted run's state. */
+static void resume_case(const char *dir, const char *tag, const char *layout, llmt_comm *comm,
+                        int64_t want, const char *logged)
+{
+    char durable[900];
+    enter(dir, tag, layout, durable, sizeof durable);
+    run r;
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, durable, &rc);
+    EXPECT(rc == LLMT_OK && step == want, "%s (%s): resumed from step %lld, status %d (%s); "
+           "wanted step %lld", tag, layout, (long long)step, rc, llmt_error_last(),
+           (long long)want);
+    EXPECT(!logged || strstr(log_text, logged), "%s (%s): the log does not say \"%s\":\n%s",
+           tag, layout, logged, log_text);
+    if (rc == LLMT_OK && step == want) {
+        train(&r, MORE, NULL);
+        EXPECT(same_as_uninterrupted(&r, dir, want + MORE), "%s (%s): after %d more steps, "
+               "not the uninterrupted run's state", tag, layout, MORE);
+    }
+    run_close(&r);
+}
+
+/* Node B's copy of step SAVED replaced by that of another run (seed 78)
+ * saved to the same steps. */
+static void test_stale_copy(const char *dir, llmt_comm *comm)
+{
+    save_run(dir, "other", "AABB", comm, 78);
+    copy_case(dir, "stale");
+    char from[900], to[900];
+    snprintf(from, sizeof from, "%s/other/B/fast/step-%08d", dir, SAVED);
+    snprintf(to, sizeof to, "%s/stale/B/fast/step-%08d", dir, SAVED);
+    if (rank == 0) {
+        sh("rm -rf '%s' && mkdir '%s'", to, to);
+        sh("cp -a '%s/.' '%s'", from, to);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    resume_case(dir, "stale", "AABB", comm, 4, "not the one rank 0 read");
+}
+
+/* One of node B's files of step SAVED deleted. */
+static void test_deleted_file(const char *dir, llmt_comm *comm)
+{
+    copy_case(dir, "deleted");
+    char path[900];
+    snprintf(path, sizeof path, "%s/deleted/B/fast/step-%08d", dir, SAVED);
+    if (rank == 0)
+        sh("rm '%s/%s'", path, "optimizer-00004-of-00004.safetensors");
+    MPI_Barrier(MPI_COMM_WORLD);
+    resume_case(dir, "deleted", "AABB", comm, 4, "optimizer-00004-of-00004.safetensors");
+}
+
+/* Every rank on node A: one directory, the protocol of a shared fast tier. */
+static void test_one_node(const char *dir, llmt_comm *comm)
+{
+    save_run(dir, "one", "AAAA", comm, 77);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char path[900];
+        snprintf(path, sizeof path, "%s/one/A/fast/step-%08d", dir, SAVED);
+        expect_files(path, ALL_FILES);
+        llmt_manifest m;
+        snprintf(path, sizeof path, "%s/one/A/fast", dir);
+        read_manifest(path, SAVED, &m);
+        EXPECT(!m.per_node, "one node: the fast checkpoint is marked per node");
+        llmt_manifest_clear(&m);
+    }
+    /* Saved on one node, resumed on two: node B has no copy. */
+    resume_case(dir, "one", "ABAB", comm, 4, "not on this rank's node");
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc != 2 || argv[1][0] != '/' || size != 4) {
+        if (rank == 0)
+            fprintf(stderr, "usage: mpiexec -n 4 %s DIR (absolute)\n", argv[0]);
+        MPI_Finalize();
+        return 2;
+    }
+    const char *dir = argv[1];
+    if (rank == 0) {
+        sh("rm -rf '%s'; mkdir -p '%s'", dir, dir);
+        write_shard(dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    fast_dir = "fast";
+    fast_every = 2;
+    llmt_comm_mpi *m = NULL;
+    must(llmt_comm_mpi_create(&m, MPI_COMM_WORLD), "comm");
+    test_layout_of_files(dir, m->comm);
+    copy_case(dir, "same");
+    resume_case(dir, "same", "AABB", m->comm, SAVED, NULL); /* step 6: fast only */
+    copy_case(dir, "moved");
+    resume_case(dir, "moved", "ABAB", m->comm, 4, "local to each node");
+    test_stale_copy(dir, m->comm);
+    test_deleted_file(dir, m->comm);
+    test_one_node(dir, m->comm);
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    llmt_comm_mpi_free(m);
+    MPI_Finalize();
+    if (rank == 0)
+        printf("node tier on %d ranks: %s\n", size, all ? "FAILED" : "all passed");
+    return all ? 1 : 0;
+}
