@@ -126,7 +126,9 @@ int llmt_dist_fast_layout(llmt_trainer *tr)
     llmt_dist_fast *f = calloc(1, sizeof *f);
     int rc = msg && f ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
     const llmt_ckpt_store *s = tr->parts.store;
-    if (!rc && me == ROOT && s && s->dir[LLMT_CKPT_FAST]) {
+    /* A read-only fast tier takes no saves: nothing to probe (a resume from
+     * it passes over a checkpoint that some rank's node lacks). */
+    if (!rc && me == ROOT && s && s->dir[LLMT_CKPT_FAST] && !s->read_only[LLMT_CKPT_FAST][0]) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
         msg->has = 1;
@@ -159,9 +161,10 @@ int llmt_dist_fast_layout(llmt_trainer *tr)
     }
     rc = llmt_dist_agree(c, rc);
     if (!rc && f->per_node && me == ROOT)
-        llmt_trainer_log(tr, "checkpoint", "fast tier %s: local to each node (%d nodes): each "
-                         "node keeps its ranks' files, and resumes from it need the ranks on "
-                         "the same nodes", msg->path, (int)f->nodes);
+        llmt_trainer_log(tr, "checkpoint", "fast checkpoint directory %s is local to each "
+                         "node (%d nodes): each keeps its own ranks' files, and a resume from "
+                         "it needs every rank on the node that saved it", msg->path,
+                         (int)f->nodes);
     if (rc && f)
         llmt_ckpt_store_free(f->store);
     if (rc)

@@ -11,8 +11,9 @@
  *     6 steps: each node keeps its two newest fast checkpoints, node A's
  *     copy holds the common files and the files of ranks 0 and 1, node B's
  *     those of ranks 2 and 3, the MANIFESTs are the same bytes (marked per
- *     node), and nothing else is left in either directory. The durable
- *     checkpoint is whole and not marked.
+ *     node), and nothing else is left in either directory; neither copy
+ *     verifies alone (the missing file named, the reason given). The
+ *     durable checkpoint is whole and not marked.
  *   - A resume with the ranks where they were takes the fast step 6, and 4
  *     more steps give the uninterrupted run's bits.
  *   - A resume with the ranks on other nodes ("ABAB") cannot read step 6 on
@@ -117,6 +118,26 @@ static void expect_files(const char *ckpt, const char *want)
     EXPECT(!strcmp(got, want), "%s holds:\n%swanted:\n%s", ckpt, got, want);
 }
 
+/* A node's copy of step SAVED alone does not verify: the first file on
+ * the other node is named, and the message says why. */
+static void expect_copy_refused(const char *dir, char node, const char *missing)
+{
+    char path[900];
+    snprintf(path, sizeof path, "%s/files/%c/fast", dir, node);
+    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+    sc.read_only = 1;
+    llmt_context *ctx = NULL;
+    llmt_ckpt_store *s = NULL;
+    must(llmt_context_create(&ctx, NULL), "context");
+    must(llmt_ckpt_store_open(&s, ctx, path, &sc), path);
+    int rc = llmt_ckpt_verify(s, SAVED, LLMT_CKPT_DURABLE);
+    EXPECT(rc == LLMT_ECORRUPT && strstr(llmt_error_last(), missing) &&
+               strstr(llmt_error_last(), "local to each node"),
+           "verify node %c's copy: status %d: %s", node, rc, llmt_error_last());
+    llmt_ckpt_store_free(s);
+    llmt_context_free(ctx);
+}
+
 static void test_layout_of_files(const char *dir, llmt_comm *comm)
 {
     save_run(dir, "files", "AABB", comm, 77);
@@ -156,6 +177,8 @@ static void test_layout_of_files(const char *dir, llmt_comm *comm)
         llmt_manifest_clear(&m);
         snprintf(d, sizeof d, "%s/files/durable/step-00000004", dir);
         expect_files(d, ALL_FILES);
+        expect_copy_refused(dir, 'A', "optimizer-00003-of-00004.safetensors");
+        expect_copy_refused(dir, 'B', "model.safetensors");
     }
 }
 

@@ -7,7 +7,9 @@
 # micro-batches of a step split unevenly; deterministic mode) and as one
 # process summing micro-batches in order (`mpiexec -n 1 ...
 # batch.accumulation=ordered`), and only
-# rank 0 writes --out (a second lock holder would fail the run); a
+# rank 0 writes --out (a second lock holder would fail the run); a fast
+# tier local to each node (two working directories) keeps each node's
+# files and resumes to the same bytes; a
 # torchrun-style WORLD_SIZE=2 (or Slurm's or PMI's variables) without an
 # MPI launch is refused with how to launch; errors are tagged with their rank;
 # SIGTERM reaching rank 1 alone stops both ranks after the same step with a
@@ -113,6 +115,41 @@ done
 # Rank 0 alone wrote the metrics: three steps, not six.
 [ "$(grep -c '"step":' "$tmp/np2/metrics.jsonl")" -eq "$(grep -c '"step":' "$tmp/np1/metrics.jsonl")" ] ||
     fail "metrics of -n 2 differ in length from -n 1"
+
+# ---- A fast tier local to each node: one job of two app contexts, each in
+# a working directory of its own ("nodes" A and B), the fast tier's path
+# relative. Each node keeps its own rank's optimizer file (node A the
+# weights besides); with the durable step 3 removed, a rerun resumes from
+# the fast step 3 and trains to step 5, to the bytes of an uninterrupted
+# 5-step run of two ranks.
+mkdir "$tmp/A" "$tmp/B"
+per_node() { # out-dir extra-args...
+    o=$1
+    shift
+    "$mpiexec" -n 1 -wdir "$tmp/A" "$train" --config "$tmp/tiny.yaml" --out "$o" \
+        checkpoint.fast_every=1 checkpoint.fast_dir=fast "$@" : \
+        -n 1 -wdir "$tmp/B" "$train" --config "$tmp/tiny.yaml" --out "$o" \
+        checkpoint.fast_every=1 checkpoint.fast_dir=fast "$@"
+}
+per_node "$tmp/pn" > "$tmp/pn.log" 2>&1 || fail "per-node fast tier: $(cat "$tmp/pn.log")"
+grep -q "fast checkpoint directory fast is local to each node (2 nodes)" "$tmp/pn.log" ||
+    fail "per-node fast tier: not logged: $(cat "$tmp/pn.log")"
+[ "$(ls "$tmp/A/fast/step-00000003" | tr '\n' ' ')" = \
+    "MANIFEST model.safetensors optimizer-00001-of-00002.safetensors user.bin " ] ||
+    fail "node A's fast step 3: $(ls "$tmp/A/fast/step-00000003")"
+[ "$(ls "$tmp/B/fast/step-00000003" | tr '\n' ' ')" = "MANIFEST optimizer-00002-of-00002.safetensors " ] ||
+    fail "node B's fast step 3: $(ls "$tmp/B/fast/step-00000003")"
+cmp -s "$tmp/A/fast/step-00000003/MANIFEST" "$tmp/B/fast/step-00000003/MANIFEST" ||
+    fail "the nodes' MANIFESTs differ"
+rm -r "$tmp/pn/checkpoints/step-00000003"
+per_node "$tmp/pn" train.steps=5 > "$tmp/pn.log" 2>&1 || fail "per-node resume: $(cat "$tmp/pn.log")"
+grep -q "resumed from step 3 (fast tier)" "$tmp/pn.log" || fail "per-node resume: $(cat "$tmp/pn.log")"
+"$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" --out "$tmp/np2x5" train.steps=5 \
+    > "$tmp/np2x5.log" 2>&1 || fail "-n 2, 5 steps: $(cat "$tmp/np2x5.log")"
+for f in model.safetensors optimizer-00001-of-00002.safetensors optimizer-00002-of-00002.safetensors; do
+    cmp "$tmp/pn/checkpoints/step-00000005/$f" "$tmp/np2x5/checkpoints/step-00000005/$f" ||
+        fail "resumed from a per-node fast tier: $f differs from an uninterrupted run's"
+done
 
 # ---- A torchrun-style environment without an MPI launch is refused.
 rc=0
