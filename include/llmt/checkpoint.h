@@ -179,9 +179,14 @@ LLMT_API int llmt_ckpt_latest(llmt_ckpt_store *store, int64_t *step, int32_t *ti
  * llmt-train --start-over does before training from step 0 over them. Valid
  * checkpoints stay. *count (may be NULL) receives how many were set aside;
  * notes (may be NULL with notes_cap 0) one line per checkpoint set aside,
- * with the reason. Any other failure to verify (LLMT_EIO, LLMT_ENOMEM) stops
- * it before renaming that one. Errors: LLMT_EINVAL, LLMT_EIO (a read-only
- * tier, a failed rename, naming the path). */
+ * with the reason. Every checkpoint is verified before any is renamed: any
+ * other failure to verify (LLMT_EIO, LLMT_ENOMEM) renames none. One node's
+ * copy of a data-parallel checkpoint saved with a fast tier local to each
+ * node (docs/distributed.md) does not verify alone, but a data-parallel
+ * resume may load it: when such a copy passes the checks it can be given
+ * here, nothing is renamed and LLMT_ESTATE names it. Errors: LLMT_EINVAL,
+ * LLMT_EIO (a read-only tier, a failed rename, naming the path),
+ * LLMT_ESTATE. */
 LLMT_API int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *store, size_t *count, char *notes,
                                          size_t notes_cap);
 

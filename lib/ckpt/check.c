@@ -135,9 +135,8 @@ static int check_nothing_extra(const char *dir, const char *label, const llmt_ma
     return rc;
 }
 
-/* Whether shard file f is absent from dir, a per-node fast tier's copy:
- * the file of a rank on another node. A data-parallel resume's reads find
- * out whether the ranks that need it can read it. */
+/* Whether file f is absent from dir (in a per-node fast tier's copy: a
+ * file of another node's). */
 static int on_another_node(const char *dir, const llmt_manifest_file *f)
 {
     char *path = path_in(dir, f->name);
@@ -163,6 +162,23 @@ static int hashed(int what, const llmt_manifest *m, const llmt_manifest_file *f)
     return 1; /* optimizer.safetensors, read in unchecked slices */
 }
 
+/* Checks file f that manifest m lists (a shard file when shard). In one
+ * node's copy of a per-node fast tier's checkpoint (m->per_node) a missing
+ * file is on another node: passed over for a shard in the resume's first
+ * pass (LLMT_CKPT_CHECK_UNREAD: the ranks that read it find out), damage
+ * that says so otherwise. */
+static int check_listed(const char *dir, const char *label, const llmt_manifest *m,
+                        const llmt_manifest_file *f, int what, int shard)
+{
+    if (!m->per_node || !on_another_node(dir, f))
+        return check_file(dir, label, f, hashed(what, m, f));
+    if (shard && what == LLMT_CKPT_CHECK_UNREAD)
+        return LLMT_OK;
+    return llmt_fail(LLMT_ECORRUPT, "%s: file %s: not in this directory, one node's copy of a "
+                     "checkpoint saved with a fast tier local to each node (the file is in "
+                     "another node's copy)", label, f->name);
+}
+
 int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int what,
                         llmt_manifest *m)
 {
@@ -176,17 +192,11 @@ int llmt_ckpt_check_dir(const char *dir, const char *label, int64_t step, int wh
                        CKPT_MODEL_FILE);
     for (int i = 0; i < man->n_files && !rc; i++)
         if (every || strcmp(man->files[i].name, CKPT_MODEL_FILE) == 0)
-            rc = check_file(dir, label, &man->files[i], hashed(what, man, &man->files[i]));
+            rc = check_listed(dir, label, man, &man->files[i], what, 0);
     for (int32_t r = 0; every && r < man->world_size && !rc; r++) /* format 2 */
-        if (!(what == LLMT_CKPT_CHECK_UNREAD && man->per_node &&
-              on_another_node(dir, &man->shards[r].file)))
-            rc = check_file(dir, label, &man->shards[r].file,
-                            hashed(what, man, &man->shards[r].file));
+        rc = check_listed(dir, label, man, &man->shards[r].file, what, 1);
     if (!rc && every)
         rc = check_nothing_extra(dir, label, man);
-    if (rc == LLMT_ECORRUPT && man->per_node)
-        llmt_fail_suffix(rc, "(a fast tier local to each node: each node's copy holds the "
-                         "files of its own ranks, rank 0's node the common ones besides)");
     if (!m || rc)
         llmt_manifest_clear(man);
     return rc;

@@ -348,11 +348,30 @@ int llmt_ckpt_write_dir(const char *tmp, ckpt_snapshot *snap, int sync)
     return write_manifest(tmp, &snap->manifest, sync);
 }
 
+/* Deletes checkpoint step of tier: first renamed to a temporary name, so a
+ * crash part-way leaves something the next open removes rather than a
+ * damaged checkpoint. */
+static int remove_step(const llmt_ckpt_store *s, int tier, int64_t step)
+{
+    char name[64];
+    llmt_ckpt_dirname(name, sizeof name, step);
+    char *victim = llmt_ckpt_file(s, tier, step, NULL);
+    char *gone = victim ? llmt_ckpt_fresh_dir(s->dir[tier], name, "tmp") : NULL;
+    int rc = LLMT_OK;
+    if (!gone)
+        rc = victim ? LLMT_EIO : llmt_fail(LLMT_ENOMEM, "out of memory");
+    else if (rename(victim, gone) != 0)
+        rc = llmt_fail(LLMT_EIO, "%s: cannot move aside for deletion: %s", victim, strerror(errno));
+    else
+        rc = llmt_remove_tree(gone);
+    free(victim);
+    free(gone);
+    return rc;
+}
+
 /* Deletes the oldest checkpoints of tier beyond keep, never `protect`.
  * Checkpoints llmt_ckpt_latest refused are neither counted nor deleted: a
- * damaged one must not crowd out a valid one. A victim is first renamed to
- * a temporary name, so a crash part-way leaves something the next open
- * removes rather than a damaged checkpoint. */
+ * damaged one must not crowd out a valid one. */
 static int rotate(const llmt_ckpt_store *s, int tier, int64_t protect)
 {
     size_t n = 0, kept = 0;
@@ -362,30 +381,34 @@ static int rotate(const llmt_ckpt_store *s, int tier, int64_t protect)
         if (!llmt_ckpt_is_refused(s, tier, steps[i]))
             steps[kept++] = steps[i];
     n = rc ? 0 : kept;
-    for (size_t i = 0; !rc && n - i > (size_t)s->keep[tier]; i++) {
-        if (steps[i] == protect)
-            continue;
-        char name[64];
-        llmt_ckpt_dirname(name, sizeof name, steps[i]);
-        char *victim = llmt_ckpt_file(s, tier, steps[i], NULL);
-        char *gone = victim ? llmt_ckpt_fresh_dir(s->dir[tier], name, "tmp") : NULL;
-        if (!gone)
-            rc = victim ? LLMT_EIO : llmt_fail(LLMT_ENOMEM, "out of memory");
-        else if (rename(victim, gone) != 0)
-            rc = llmt_fail(LLMT_EIO, "%s: cannot move aside for deletion: %s", victim, strerror(errno));
-        else
-            rc = llmt_remove_tree(gone);
-        free(victim);
-        free(gone);
+    for (size_t i = 0; !rc && n - i > (size_t)s->keep[tier]; i++)
+        if (steps[i] != protect)
+            rc = remove_step(s, tier, steps[i]);
+    free(steps);
+    return rc;
+}
+
+int llmt_ckpt_keep_only(llmt_ckpt_store *s, int32_t tier, const int64_t *keep, size_t n_keep)
+{
+    size_t n = 0;
+    int64_t *steps = NULL;
+    int rc = llmt_ckpt_scan(s, tier, &steps, &n, NULL, 0);
+    for (size_t i = 0; !rc && i < n; i++) {
+        size_t k = 0;
+        while (k < n_keep && keep[k] != steps[i])
+            k++;
+        if (k == n_keep)
+            rc = remove_step(s, tier, steps[i]);
     }
     free(steps);
     return rc;
 }
 
 /* Commits tmp, complete (or rc, the failure that stopped writing it), as
- * checkpoint step of tier: rename, fsync, rotation; tmp is removed when
- * that fails. */
-static int publish(llmt_ckpt_store *s, int tier, int64_t step, const char *tmp, int rc)
+ * checkpoint step of tier: rename, fsync, and with rotation the rotation;
+ * tmp is removed when that fails. */
+static int publish(llmt_ckpt_store *s, int tier, int64_t step, const char *tmp, int rc,
+                   int rotation)
 {
     int sync = s->sync[tier];
     const char *dir = s->dir[tier];
@@ -426,7 +449,7 @@ static int publish(llmt_ckpt_store *s, int tier, int64_t step, const char *tmp, 
             llmt_remove_tree(old);
         s->committed[tier] = step;
         llmt_ckpt_forget_refused(s, tier, step); /* replaced by a valid one */
-        rc = rotate(s, tier, step);
+        rc = rotation ? rotate(s, tier, step) : LLMT_OK;
     }
     free(final);
     free(old);
@@ -440,7 +463,7 @@ int llmt_ckpt_commit(llmt_ckpt_store *s, ckpt_snapshot *snap)
     llmt_ckpt_dirname(name, sizeof name, snap->manifest.step);
     char *tmp = llmt_ckpt_fresh_dir(s->dir[tier], name, "tmp");
     int rc = tmp ? llmt_ckpt_write_dir(tmp, snap, sync) : LLMT_EIO;
-    rc = publish(s, tier, snap->manifest.step, tmp, rc);
+    rc = publish(s, tier, snap->manifest.step, tmp, rc, 1);
     free(tmp);
     return rc;
 }
@@ -480,8 +503,8 @@ int llmt_ckpt_sharded_write_common(const char *tmp, ckpt_snapshot *snap, int syn
 }
 
 int llmt_ckpt_commit_manifest(llmt_ckpt_store *s, int32_t tier, int64_t step, const char *tmp,
-                              const char *text, size_t len)
+                              const char *text, size_t len, int rotation)
 {
     int rc = write_manifest_text(tmp, text, len, s->sync[tier]);
-    return publish(s, tier, step, tmp, rc);
+    return publish(s, tier, step, tmp, rc, rotation);
 }

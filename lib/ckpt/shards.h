@@ -45,11 +45,16 @@ int llmt_ckpt_sharded_write_common(const char *tmp, ckpt_snapshot *snap, int syn
 
 /* Writes text (len bytes: a formatted manifest of format 2, its shards
  * filled in, one record per rank) as tmp's MANIFEST and commits tmp as step
- * of tier (fsync, rename, rotation: llmt_ckpt_commit's second half). tmp is
- * removed on failure. A per-node fast tier's save commits the same bytes on
- * every node, each node's leader into a store of its own
- * (lib/train/dist_fast_tier.c). */
+ * of tier (fsync, rename, and with rotation the rotation: llmt_ckpt_commit's
+ * second half). tmp is removed on failure. A per-node fast tier's save
+ * commits the same bytes on every node, each other node's leader into a
+ * store of its own without rotation (lib/train/dist_fast_tier.c). */
 int llmt_ckpt_commit_manifest(llmt_ckpt_store *s, int32_t tier, int64_t step, const char *tmp,
-                              const char *text, size_t len);
+                              const char *text, size_t len, int rotation);
+
+/* Deletes every checkpoint of tier whose step is not among keep[0..n): how
+ * a per-node fast tier's other nodes follow rank 0's rotation (and drop
+ * copies rank 0 never committed). */
+int llmt_ckpt_keep_only(llmt_ckpt_store *s, int32_t tier, const int64_t *keep, size_t n);
 
 #endif

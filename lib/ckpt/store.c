@@ -609,6 +609,37 @@ static int set_aside(llmt_ckpt_store *s, int tier, int64_t step)
     return rc;
 }
 
+/* After checkpoint step of tier failed verification (why: its message):
+ * LLMT_ESTATE when it is one node's copy of a checkpoint saved with a fast
+ * tier local to each node that passes the cheap checks (a data-parallel
+ * resume with the ranks on the nodes that saved it may load it). */
+static int node_copy(const llmt_ckpt_store *s, int tier, int64_t step, const char *fn,
+                     const char *why)
+{
+    char *dir = llmt_ckpt_file(s, tier, step, NULL);
+    llmt_manifest mf;
+    int copy = dir && llmt_ckpt_check_dir(dir, "checkpoint", step, LLMT_CKPT_CHECK_UNREAD,
+                                          &mf) == LLMT_OK;
+    if (copy) {
+        copy = mf.per_node;
+        llmt_manifest_clear(&mf);
+    }
+    int rc = copy ? llmt_fail(LLMT_ESTATE, "%s: %s is one node's copy of a checkpoint saved "
+                              "with a fast tier local to each node (%s): a data-parallel resume "
+                              "with the ranks on the nodes that saved it may load it, so it is "
+                              "not set aside (resume it, or remove it by hand)", fn, dir, why)
+                  : LLMT_OK;
+    free(dir);
+    return rc;
+}
+
+/* A checkpoint llmt_ckpt_set_aside_invalid found damaged. */
+typedef struct damaged {
+    int tier;
+    int64_t step;
+    char why[1024];
+} damaged;
+
 int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *s, size_t *count, char *notes, size_t notes_cap)
 {
     const char *fn = "llmt_ckpt_set_aside_invalid";
@@ -623,27 +654,38 @@ int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *s, size_t *count, char *notes, 
             return llmt_fail(LLMT_EIO, "%s: %s is read-only (%s): nothing can be set aside", fn,
                              s->dir[t], s->read_only[t]);
     LLMT_TRY(llmt_ckpt_join(s));
+    /* Every checkpoint is judged before any is renamed, so a refusal leaves
+     * the directories as they were. */
+    int64_t *steps[2] = {NULL, NULL};
+    size_t n[2] = {0, 0}, n_bad = 0;
     int rc = LLMT_OK;
-    for (int t = 0; t < 2 && !rc; t++) {
-        int64_t *steps = NULL;
-        size_t n = 0;
-        rc = s->dir[t] ? llmt_ckpt_scan(s, t, &steps, &n, NULL, 0) : LLMT_OK;
-        for (size_t k = 0; k < n && !rc; k++) {
-            int v = verify(s, steps[k], t);
+    for (int t = 0; t < 2 && !rc; t++)
+        rc = s->dir[t] ? llmt_ckpt_scan(s, t, &steps[t], &n[t], NULL, 0) : LLMT_OK;
+    damaged *bad = rc ? NULL : calloc(n[0] + n[1] + 1, sizeof *bad);
+    if (!rc && !bad)
+        rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
+    for (int t = 0; t < 2 && !rc; t++)
+        for (size_t k = 0; k < n[t] && !rc; k++) {
+            int v = verify(s, steps[t][k], t);
             if (v == LLMT_ECORRUPT) {
-                char why[1024];
-                snprintf(why, sizeof why, "%s", llmt_error_last());
-                rc = set_aside(s, t, steps[k]);
-                if (!rc)
-                    note(notes, notes_cap, "%s: set aside\n", why);
-                if (!rc && count)
-                    (*count)++;
+                damaged *d = &bad[n_bad++];
+                *d = (damaged){t, steps[t][k], ""};
+                snprintf(d->why, sizeof d->why, "%s", llmt_error_last());
+                rc = node_copy(s, t, d->step, fn, d->why);
             } else if (v && v != LLMT_ENOTFOUND) { /* gone meanwhile: nothing to set aside */
                 rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
             }
         }
-        free(steps);
+    for (size_t i = 0; i < n_bad && !rc; i++) {
+        rc = set_aside(s, bad[i].tier, bad[i].step);
+        if (!rc)
+            note(notes, notes_cap, "%s: set aside\n", bad[i].why);
+        if (!rc && count)
+            (*count)++;
     }
+    free(bad);
+    free(steps[0]);
+    free(steps[1]);
     return rc;
 }
 

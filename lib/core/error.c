@@ -42,19 +42,6 @@ int llmt_fail_prefix(int code, const char *fmt, ...)
     return code;
 }
 
-int llmt_fail_suffix(int code, const char *fmt, ...)
-{
-    size_t used = strlen(error_message);
-    if (used + 2 < sizeof error_message) {
-        error_message[used++] = ' ';
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(error_message + used, sizeof error_message - used, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 const char *llmt_error_last(void)
 {
     return error_message;

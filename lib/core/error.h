@@ -20,10 +20,6 @@ int llmt_vfail(int code, const char *fmt, va_list ap);
  * to add context (a file, a tensor) to an error raised deeper down. */
 int llmt_fail_prefix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Appends " " and the formatted text to the calling thread's message and
- * returns code; used to add an explanation to an error raised deeper down. */
-int llmt_fail_suffix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* Returns from the calling function when call fails, passing its status on. */
 #define LLMT_TRY(call)         \
     do {                       \

@@ -117,8 +117,8 @@ typedef struct save_start {
     char tmp[PATH_CAP];
 } save_start;
 
-/* Releases what sv holds; rank 0 removes the temporary directory when the
- * save failed (rc), keeping rc's message. */
+/* Releases what sv holds; a rank that made a temporary directory (sv->tmp)
+ * removes it when the save failed (rc), keeping rc's message. */
 static int discard(llmt_dist_save *sv, int rc)
 {
     if (rc && sv->tmp) {
@@ -209,8 +209,10 @@ int llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t ra
 }
 
 /* After every rank wrote (rc: this rank's status): the ranks agree, send
- * rank 0 their records, and rank 0 commits; or, on a failure anywhere,
- * rank 0 removes the temporary directory. The status is agreed. */
+ * rank 0 their records, and rank 0 commits (the other nodes' leaders of a
+ * per-node fast tier first, and their rotation after); or, on a failure
+ * anywhere, the ranks that made a temporary directory remove it. The
+ * status is agreed. */
 int llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc)
 {
     llmt_comm *c = tr->parts.optimizer->comm;
@@ -233,11 +235,13 @@ int llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc)
         rc = llmt_dist_fast_commit_nodes(tr, sv, &text, &len);
     if (!rc) { /* rank 0 commits (or removes tmp); the ranks learn how it went */
         rc = llmt_dist_agree(c, root ? llmt_ckpt_commit_manifest(tr->parts.store, sv->tier,
-                                                                 sv->step, sv->tmp, text, len)
+                                                                 sv->step, sv->tmp, text, len, 1)
                                      : LLMT_OK);
         free(sv->tmp); /* committed, or removed by the commit */
         sv->tmp = NULL;
     }
+    if (!rc) /* a per-node fast tier: the other nodes follow rank 0's rotation */
+        rc = llmt_dist_fast_rotate_nodes(tr, sv);
     free(text);
     if (rc && tr->saved[sv->tier] == sv->step)
         tr->saved[sv->tier] = -1;

@@ -17,8 +17,10 @@
 int llmt_dist_agree(llmt_comm *c, int rc);
 
 /* One save across the ranks: rank 0's snapshot of the common state and the
- * step's temporary directory (tmp: rank 0's, NULL elsewhere; dir: its path
- * on every rank), and this rank's file record. */
+ * step's temporary directory (tmp: the one this rank made, to remove on
+ * failure: rank 0's, and with a fast tier local to each node each other
+ * node's leader's; NULL elsewhere; dir: its path on every rank), and this
+ * rank's file record. */
 typedef struct llmt_dist_save {
     int32_t tier;
     int64_t step;
@@ -42,13 +44,14 @@ int llmt_dist_save_write(llmt_dist_save *sv, const llmt_optimizer *o, int32_t ra
                          int32_t size);
 
 /* After every rank wrote (rc: this rank's status): the ranks agree, send
- * rank 0 their records, and rank 0 commits; or, on a failure anywhere,
- * rank 0 removes the temporary directory. The status is agreed; sv is
+ * rank 0 their records, and rank 0 commits (with a fast tier local to each
+ * node, the other nodes' leaders first); or, on a failure anywhere, the
+ * ranks that made a temporary directory remove it. The status is agreed; sv is
  * released, and on failure the trainer forgets having saved the step. */
 int llmt_dist_save_close(llmt_trainer *tr, llmt_dist_save *sv, int rc);
 
-/* Drops sv without a collective (its writing done): rank 0 removes the
- * temporary directory; sv is released. */
+/* Drops sv without a collective (its writing done): a rank that made a
+ * temporary directory removes it; sv is released. */
 void llmt_dist_save_abandon(llmt_dist_save *sv);
 
 /* The three, one after the other: a synchronous save of tr in tier. */

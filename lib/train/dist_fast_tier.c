@@ -27,11 +27,9 @@ typedef struct fast_tier {
 } fast_tier;
 
 /* This rank's mark in the probe directory: dir (made on the first rank of a
- * node to get there) and the file "rank-R" in it. */
-static int leave_mark(const char *path, const char *dir, int32_t me)
+ * node to get there) and the file `file` ("rank-R") in it. */
+static int leave_mark(const char *path, const char *dir, const char *file)
 {
-    char file[PATH_CAP + 96];
-    snprintf(file, sizeof file, "%s/rank-%d", dir, (int)me);
     int rc = llmt_mkdirs(path);
     if (!rc && mkdir(dir, 0700) != 0 && errno != EEXIST)
         rc = llmt_fail(LLMT_EIO, "%s: %s", dir, strerror(errno));
@@ -40,7 +38,7 @@ static int leave_mark(const char *path, const char *dir, int32_t me)
         rc = llmt_fail(LLMT_EIO, "%s: %s", file, strerror(errno));
     if (fd >= 0)
         close(fd);
-    return rc ? llmt_fail_prefix(rc, "rank %d: the fast checkpoint directory", (int)me) : rc;
+    return rc ? llmt_fail_prefix(rc, "the fast checkpoint directory") : rc;
 }
 
 /* The ranks whose marks dir holds: seen[r] = 1 (n ranks). */
@@ -80,13 +78,14 @@ static int check_groups(const uint8_t *seen, const int32_t *leaders, int32_t n, 
 static int probe(llmt_comm *c, const fast_tier *msg, llmt_dist_fast *f)
 {
     const int32_t n = llmt_comm_size(c), me = llmt_comm_rank(c);
-    char dir[PATH_CAP + 64];
+    char dir[PATH_CAP + 64], file[PATH_CAP + 96];
     snprintf(dir, sizeof dir, "%s/step-probe.tmp-%016llx", msg->path,
              (unsigned long long)msg->nonce); /* a name the stores clean up at open */
+    snprintf(file, sizeof file, "%s/rank-%d", dir, (int)me);
     uint8_t *seen = calloc((size_t)n, 1);
     int32_t *leaders = calloc((size_t)n, sizeof *leaders);
     size_t *bytes = calloc((size_t)n * 2, sizeof *bytes);
-    int rc = seen && leaders && bytes ? leave_mark(msg->path, dir, me)
+    int rc = seen && leaders && bytes ? leave_mark(msg->path, dir, file)
                                       : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
     rc = llmt_dist_agree(c, rc);
     if (!rc)
@@ -104,8 +103,11 @@ static int probe(llmt_comm *c, const fast_tier *msg, llmt_dist_fast *f)
     }
     if (!rc)
         rc = llmt_dist_agree(c, check_groups(seen, leaders, n, me, msg->path));
-    if (!rc && lead == me) /* every rank has read the marks */
-        llmt_remove_tree(dir);
+    /* Whatever the outcome (short of a failed collective), no mark stays:
+     * each rank removes its own, and once all have, the directory goes. */
+    unlink(file);
+    if (rc != LLMT_ECOMM && !llmt_dist_agree(c, LLMT_OK))
+        rmdir(dir);
     for (int32_t r = 0; !rc && r < n; r++)
         f->nodes += leaders[r] == r;
     f->per_node = f->nodes > 1;
@@ -157,14 +159,14 @@ int llmt_dist_fast_layout(llmt_trainer *tr)
         sc.sync = 0; /* as rank 0's fast tier */
         rc = llmt_ckpt_store_open(&f->store, tr->ctx, msg->path, &sc);
         if (rc)
-            llmt_fail_prefix(rc, "rank %d: the fast checkpoint directory of its node", (int)me);
+            llmt_fail_prefix(rc, "the fast checkpoint directory of this rank's node");
     }
     rc = llmt_dist_agree(c, rc);
     if (!rc && f->per_node && me == ROOT)
         llmt_trainer_log(tr, "checkpoint", "fast checkpoint directory %s is local to each "
-                         "node (%d nodes): each keeps its own ranks' files, and a resume from "
-                         "it needs every rank on the node that saved it", msg->path,
-                         (int)f->nodes);
+                         "node (%d directories): each keeps its own ranks' files, and a resume "
+                         "from it needs every rank to find its files on its own node",
+                         msg->path, (int)f->nodes);
     if (rc && f)
         llmt_ckpt_store_free(f->store);
     if (rc)
@@ -189,8 +191,8 @@ int llmt_dist_fast_begin(llmt_trainer *tr, llmt_dist_save *sv)
     int rc = LLMT_OK;
     if (tr->dist_fast->leader && me != ROOT) {
         if (mkdir(sv->dir, 0700) != 0)
-            rc = llmt_fail(LLMT_EIO, "rank %d: %s: cannot create the step's directory on its "
-                           "node's fast tier: %s", (int)me, sv->dir, strerror(errno));
+            rc = llmt_fail(LLMT_EIO, "%s: cannot create the step's directory on this rank's "
+                           "node's fast tier: %s", sv->dir, strerror(errno));
         else if (!(sv->tmp = strdup(sv->dir)))
             rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
         if (rc == LLMT_ENOMEM)
@@ -216,13 +218,42 @@ int llmt_dist_fast_commit_nodes(llmt_trainer *tr, llmt_dist_save *sv, char **tex
     *len = (size_t)bytes;
     if (!rc && tr->dist_fast->leader && me != ROOT) {
         rc = llmt_ckpt_commit_manifest(tr->dist_fast->store, LLMT_CKPT_DURABLE, sv->step,
-                                       sv->tmp, *text, *len);
+                                       sv->tmp, *text, *len, 0); /* rotated after rank 0 */
         if (rc)
-            llmt_fail_prefix(rc, "rank %d: its node's fast tier", (int)me);
+            llmt_fail_prefix(rc, "this rank's node's fast tier");
         free(sv->tmp); /* committed, or removed by the commit */
         sv->tmp = NULL;
     }
     return llmt_dist_agree(c, rc);
+}
+
+int llmt_dist_fast_rotate_nodes(llmt_trainer *tr, const llmt_dist_save *sv)
+{
+    if (!llmt_dist_fast_per_node(tr, sv->tier))
+        return LLMT_OK;
+    llmt_comm *c = tr->parts.optimizer->comm;
+    const int32_t me = llmt_comm_rank(c);
+    int64_t *steps = NULL, n = 0;
+    size_t count = 0;
+    int rc = me == ROOT ? llmt_ckpt_scan(tr->parts.store, LLMT_CKPT_FAST, &steps, &count, NULL, 0)
+                        : LLMT_OK;
+    n = (int64_t)count;
+    rc = llmt_dist_agree(c, rc);
+    if (!rc)
+        rc = llmt_comm_broadcast(c, "fast tier rotation", &n, sizeof n, ROOT);
+    if (!rc)
+        rc = llmt_dist_agree(c, me != ROOT && n > 0 && !(steps = malloc((size_t)n * sizeof *steps))
+                                    ? llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory")
+                                    : LLMT_OK);
+    if (!rc && n > 0)
+        rc = llmt_comm_broadcast_all(c, "fast tier rotation", steps, (size_t)n * sizeof *steps,
+                                     ROOT);
+    int mine = LLMT_OK;
+    if (!rc && tr->dist_fast->leader && me != ROOT &&
+        (mine = llmt_ckpt_keep_only(tr->dist_fast->store, LLMT_CKPT_DURABLE, steps, (size_t)n)))
+        llmt_fail_prefix(mine, "this rank's node's fast tier");
+    free(steps);
+    return rc ? rc : llmt_dist_agree(c, mine);
 }
 
 void llmt_dist_fast_free(llmt_trainer *tr)

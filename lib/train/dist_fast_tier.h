@@ -4,8 +4,9 @@
  * probe: each rank leaves a file there and lists who else did), and the
  * lowest rank of each group leads it: it makes the step's temporary
  * directory there, writes the MANIFEST (the same bytes on every node) and
- * commits and rotates that node's copy in a store of its own. Rank 0 commits
- * last, so a checkpoint rank 0 lists was committed on every node. A copy
+ * commits that node's copy in a store of its own. Rank 0 commits last, and
+ * the other nodes delete old copies only after that (keeping the steps rank
+ * 0 lists), so a checkpoint rank 0 lists is on every node. A copy
  * holds its node's ranks' optimizer files (and on rank 0's node the common
  * files); it resumes only with the ranks where they were (dist_resume.c
  * falls back to an older or durable checkpoint otherwise). When every rank
@@ -42,10 +43,20 @@ int llmt_dist_fast_begin(llmt_trainer *tr, llmt_dist_save *sv);
 
 /* After every rank wrote and rank 0 formatted the MANIFEST (*text, *len on
  * rank 0): every rank receives the bytes (into *text, malloc'ed) and each
- * other node's leader commits its copy of sv. Agreed. A no-op unless the
- * save is per node. A failure here leaves the nodes that committed with a
- * copy rank 0 does not list: never loaded, rotated away by later saves. */
+ * other node's leader commits its copy of sv (no rotation yet). Agreed. A
+ * no-op unless the save is per node. A failure here leaves the nodes that
+ * committed with a copy rank 0 does not list: never loaded (a resume
+ * compares each rank's MANIFEST with rank 0's), deleted by the next save's
+ * llmt_dist_fast_rotate_nodes. */
 int llmt_dist_fast_commit_nodes(llmt_trainer *tr, llmt_dist_save *sv, char **text, size_t *len);
+
+/* After rank 0 committed sv and rotated its fast tier: each other node's
+ * leader deletes the copies whose steps rank 0 no longer lists (its
+ * rotation's, and copies of saves rank 0 did not commit). Rotating only
+ * now, not at its own commit, keeps every step rank 0 lists on every node
+ * whatever instant a rank dies at. Agreed. A no-op unless the save is per
+ * node. */
+int llmt_dist_fast_rotate_nodes(llmt_trainer *tr, const llmt_dist_save *sv);
 
 /* Releases what llmt_dist_fast_layout made (no collective). */
 void llmt_dist_fast_free(llmt_trainer *tr);

@@ -19,7 +19,6 @@
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/dist_ckpt.h"
-#include "train/dist_fast_tier.h"
 #include "train/trainer_internal.h"
 #include "util/task.h"
 
@@ -61,6 +60,25 @@ typedef struct range_read {
     llmt_task task;
 } range_read;
 
+/* In one node's copy of a per-node fast tier's checkpoint: LLMT_ECORRUPT
+ * when a file of rr's range is not on this rank's node (the ranks are not
+ * where they were at the save). */
+static int check_here(const range_read *rr, const llmt_manifest *mf, const char *label)
+{
+    for (int32_t r = 0; r < mf->world_size; r++) {
+        const llmt_manifest_shard *sh = &mf->shards[r];
+        if (sh->end <= rr->o->first || rr->o->end <= sh->first || sh->first == sh->end)
+            continue;
+        char path[PATH_CAP + 80];
+        snprintf(path, sizeof path, "%s/%s", rr->dir, sh->file.name);
+        if (access(path, F_OK) != 0)
+            return llmt_fail(LLMT_ECORRUPT, "%s: file %s: not on this rank's node (a fast tier "
+                             "local to each node: a rank resumes from it only where its files "
+                             "are, as where the ranks were at the save)", label, sh->file.name);
+    }
+    return LLMT_OK;
+}
+
 /* From the files of the checkpoint in rr->dir, whose MANIFEST must be the
  * one rank 0 read (a per-node fast tier's copy on this rank's node may be
  * left from a save that rank 0 did not commit). */
@@ -74,13 +92,10 @@ static int read_range(void *arg)
     if (!rc && mf.checksum != rr->manifest)
         rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not the one rank 0 read (a save of this "
                        "step that did not complete on every node)", label, CKPT_MANIFEST_FILE);
-    else if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o))) {
-        if (rc == LLMT_ECORRUPT && rr->per_node)
-            llmt_fail_suffix(rc, "(a fast tier local to each node: each node's copy holds its "
-                             "own ranks' files, so it resumes only with the ranks on the nodes "
-                             "that saved it)");
+    else if (!rc && rr->per_node)
+        rc = check_here(rr, &mf, label);
+    if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
         llmt_fail_prefix(rc, "%s", label);
-    }
     llmt_manifest_clear(&mf);
     return rc;
 }
@@ -217,9 +232,9 @@ static int load_everywhere(llmt_trainer *tr, position *pos, search *sr)
      * rank's node makes every rank go on to the next candidate. */
     int seen = LLMT_OK;
     if (access(pos->dir, R_OK | X_OK) != 0 && pos->tier == LLMT_CKPT_FAST)
-        seen = llmt_fail(LLMT_ECORRUPT, "rank %d: checkpoint %s: not on this rank's node (a "
-                         "fast tier local to each node resumes only with the ranks on the "
-                         "nodes that saved it)", llmt_comm_rank(c), pos->dir);
+        seen = llmt_fail(LLMT_ECORRUPT, "checkpoint %s: not on this rank's node (a fast tier "
+                         "local to each node: a rank resumes from it only where its files are, "
+                         "as where the ranks were at the save)", pos->dir);
     else if (access(pos->dir, R_OK | X_OK) != 0)
         seen = llmt_fail(LLMT_EIO, "rank %d cannot read the checkpoint %s (the durable "
                          "directory must be one file system that every rank sees)",
@@ -325,7 +340,6 @@ int llmt_trainer_dist_resume(llmt_trainer *tr, int64_t *step)
 {
     llmt_optimizer *o = tr->parts.optimizer;
     LLMT_TRY(llmt_trainer_dist_join(tr)); /* the save in flight is committed first */
-    LLMT_TRY(llmt_dist_fast_layout(tr));  /* where each rank finds a fast checkpoint */
     position *pos = calloc(1, sizeof *pos);
     int rc = llmt_dist_agree(o->comm, pos ? LLMT_OK : llmt_fail(LLMT_ENOMEM, "resume: out of "
                                                                 "memory"));

@@ -24,12 +24,29 @@
  *     rank falls back to step 4, the log naming the cause.
  *   - Every rank on one node ("AAAA"): the fast checkpoint is whole and not
  *     marked, as before this tier existed.
+ *   - Rank 0's commit failing at steps 6 and 8 (a file in the way) after node
+ *     B committed: node B still holds steps 2 and 4 (the other nodes rotate
+ *     only after rank 0 committed), a resume takes step 4, and the next save
+ *     leaves node B with exactly rank 0's steps (its copies of 6 and 8, which
+ *     rank 0 never listed, gone).
+ *   - Node B's commit failing (a file in the way): the save fails on every
+ *     rank naming it, and no temporary directory or step 6 is left anywhere.
+ *   - Node B's directory locked by another process: a resume does not need
+ *     it (it loads step 6); the next fast save fails naming the lock.
+ *   - Node B's fast path a plain file: the resume falls back to the durable
+ *     step 4, and the first fast save fails, leaving no mark of the ranks'
+ *     probe of the directories on node A.
+ *   - llmt_ckpt_set_aside_invalid (llmt-train --start-over) over rank 0's
+ *     store refuses to set aside node A's copies (LLMT_ESTATE), renaming
+ *     nothing.
  *
  * Usage: mpiexec -n 4 test_ckpt_node_tier DIR (an absolute path). */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,6 +56,7 @@
 #include "ckpt_fixture.h"
 #include "dp_run.h"
 #include "llmt/comm_mpi.h"
+#include "train/trainer_internal.h"
 
 enum { SAVED = 6, MORE = 4 };
 
@@ -267,6 +285,213 @@ static void test_one_node(const char *dir, llmt_comm *comm)
     resume_case(dir, "one", "ABAB", comm, 4, "not on this rank's node");
 }
 
+/* Opens a run of case tag from step 0 with the ranks in layout, saving
+ * synchronously (a failed save fails its step) into the fast tier every 2
+ * steps and nowhere else. */
+static void open_case(run *r, const char *dir, const char *tag, const char *layout,
+                      llmt_comm *comm)
+{
+    char durable[900];
+    enter(dir, tag, layout, durable, sizeof durable);
+    run_open(r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, durable, 0, 77);
+    r->tr->cfg.checkpoint_async = 0;
+    log_text[0] = '\0';
+    must(llmt_trainer_set_log(r->tr, keep_log, NULL), "log");
+}
+
+/* One step; its status, the message into why (cap bytes). */
+static int step_once(run *r, char *why, size_t cap)
+{
+    llmt_step_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.version = LLMT_STEP_REPORT_VERSION;
+    int rc = llmt_trainer_step(r->tr, &rep);
+    snprintf(why, cap, "%s", rc ? llmt_error_last() : "");
+    return rc;
+}
+
+/* The entries of case tag's node directory (A or B) fast/, one line each. */
+static void node_entries(const char *dir, const char *tag, char node, char *out, size_t cap)
+{
+    char path[900];
+    snprintf(path, sizeof path, "%s/%s/%c/fast", dir, tag, node);
+    entries(path, out, cap);
+}
+
+/* Rank 0's commits of steps 6 and 8 fail after node B committed. */
+static void test_rank0_commit_fails(const char *dir, llmt_comm *comm)
+{
+    char why[2048], got[1024], path[900];
+    run r;
+    open_case(&r, dir, "late", "AABB", comm);
+    if (rank == 0)
+        for (int step = 6; step <= 8; step += 2) { /* in the way of rank 0's rename */
+            snprintf(path, sizeof path, "%s/late/A/fast/step-%08d", dir, step);
+            sh(": > '%s'%s", path, "");
+        }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int step = 1; step <= 8; step++) {
+        int rc = step_once(&r, why, sizeof why);
+        int want_fail = step == 6 || step == 8;
+        EXPECT(want_fail ? rc == LLMT_EIO && strstr(why, "is not a directory") : rc == LLMT_OK,
+               "late: step %d: status %d: %s", step, rc, why);
+    }
+    run_close(&r);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        node_entries(dir, "late", 'B', got, sizeof got);
+        EXPECT(!strcmp(got, "llmt.lock\nstep-00000002\nstep-00000004\nstep-00000006\n"
+                            "step-00000008\n"),
+               "late: node B's fast tier after rank 0's failed commits:\n%s", got);
+        for (int step = 6; step <= 8; step += 2) {
+            snprintf(path, sizeof path, "%s/late/A/fast/step-%08d", dir, step);
+            sh("rm '%s'%s", path, "");
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char durable[900];
+    enter(dir, "late", "AABB", durable, sizeof durable);
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, durable, &rc);
+    EXPECT(rc == LLMT_OK && step == 4, "late: resumed from step %lld, status %d (%s); wanted 4",
+           (long long)step, rc, llmt_error_last());
+    if (rc == LLMT_OK && step == 4) {
+        train(&r, 2, NULL); /* saves step 6: rank 0 keeps 4 and 6, and so does node B */
+        must(llmt_trainer_save(r.tr, LLMT_CKPT_FAST), "late: the save of step 6, joined");
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            node_entries(dir, "late", 'B', got, sizeof got);
+            EXPECT(!strcmp(got, "llmt.lock\nstep-00000004\nstep-00000006\n"),
+                   "late: node B's fast tier after the next save:\n%s", got);
+        }
+        train(&r, 2, NULL);
+        EXPECT(same_as_uninterrupted(&r, dir, 8), "late: not the uninterrupted run's state");
+    }
+    run_close(&r);
+}
+
+/* Node B's commit of step 6 fails. */
+static void test_node_commit_fails(const char *dir, llmt_comm *comm)
+{
+    char why[2048], got[1024], path[900];
+    run r;
+    open_case(&r, dir, "bfail", "AABB", comm);
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/bfail/B/fast/step-%08d", dir, SAVED);
+        sh("mkdir -p \"$(dirname '%s')\" && : > '%s'", path, path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int step = 1; step <= SAVED; step++) {
+        int rc = step_once(&r, why, sizeof why);
+        EXPECT(step == SAVED ? rc == LLMT_EIO && strstr(why, "rank 2") &&
+                                   strstr(why, "step-00000006 exists and is not a directory")
+                             : rc == LLMT_OK,
+               "bfail: step %d: status %d: %s", step, rc, why);
+    }
+    run_close(&r);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        node_entries(dir, "bfail", 'A', got, sizeof got);
+        EXPECT(!strcmp(got, "llmt.lock\nstep-00000002\nstep-00000004\n"),
+               "bfail: node A's fast tier:\n%s", got);
+        node_entries(dir, "bfail", 'B', got, sizeof got);
+        EXPECT(!strcmp(got, "llmt.lock\nstep-00000002\nstep-00000004\nstep-00000006\n"),
+               "bfail: node B's fast tier (step-6 being the file in the way):\n%s", got);
+    }
+}
+
+/* Node B's fast directory locked by another holder (this process, through
+ * a descriptor of its own). */
+static void test_locked_node(const char *dir, llmt_comm *comm)
+{
+    copy_case(dir, "locked");
+    char path[900], why[2048];
+    int fd = -1;
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/locked/B/fast/llmt.lock", dir);
+        fd = open(path, O_RDWR);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0)
+            must(LLMT_EIO, path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char durable[900];
+    enter(dir, "locked", "AABB", durable, sizeof durable);
+    run r;
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, durable, &rc);
+    EXPECT(rc == LLMT_OK && step == SAVED, "locked: resumed from step %lld, status %d (%s)",
+           (long long)step, rc, llmt_error_last());
+    r.tr->cfg.checkpoint_async = 0;
+    rc = step_once(&r, why, sizeof why); /* step 7 */
+    EXPECT(rc == LLMT_OK, "locked: step 7: %s", why);
+    rc = step_once(&r, why, sizeof why); /* step 8 saves */
+    EXPECT(rc == LLMT_EBUSY && strstr(why, "fast/llmt.lock"), "locked: step 8: status %d: %s", rc,
+           why);
+    run_close(&r);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Node B's fast path a plain file: the resume falls back to the durable
+ * step 4 (ranks 2 and 3 find nothing there), and the first fast save fails
+ * in the ranks' probe, leaving no mark on node A. */
+static void test_blocked_node(const char *dir, llmt_comm *comm)
+{
+    copy_case(dir, "blocked");
+    char path[900], why[2048], got[1024];
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/blocked/B/fast", dir);
+        sh("rm -r '%s' && : > '%s'", path, path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char durable[900];
+    enter(dir, "blocked", "AABB", durable, sizeof durable);
+    run r;
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, durable, &rc);
+    EXPECT(rc == LLMT_OK && step == 4, "blocked: resumed from step %lld, status %d (%s)",
+           (long long)step, rc, llmt_error_last());
+    r.tr->cfg.checkpoint_async = 0;
+    rc = step_once(&r, why, sizeof why); /* step 5 */
+    EXPECT(rc == LLMT_OK, "blocked: step 5: %s", why);
+    rc = step_once(&r, why, sizeof why); /* step 6 saves */
+    EXPECT(rc == LLMT_EIO && strstr(why, "the fast checkpoint directory"), "blocked: step 6: "
+           "status %d: %s", rc, why);
+    run_close(&r);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        node_entries(dir, "blocked", 'A', got, sizeof got);
+        EXPECT(!strstr(got, "probe"), "blocked: node A's fast tier:\n%s", got);
+    }
+}
+
+/* llmt_ckpt_set_aside_invalid over node A's copies (of case "files"). */
+static void test_no_set_aside(const char *dir)
+{
+    copy_case(dir, "aside");
+    if (rank != 0)
+        return;
+    char path[900], fast[900], before[1024], after[1024];
+    snprintf(path, sizeof path, "%s/aside/none", dir);
+    sh("mkdir '%s'%s", path, ""); /* a durable tier without checkpoints */
+    snprintf(fast, sizeof fast, "%s/aside/A/fast", dir);
+    entries(fast, before, sizeof before);
+    llmt_context *ctx = NULL;
+    llmt_ckpt_store *s = NULL;
+    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+    sc.fast_dir = fast;
+    must(llmt_context_create(&ctx, NULL), "context");
+    must(llmt_ckpt_store_open(&s, ctx, path, &sc), path);
+    size_t n = 99;
+    int rc = llmt_ckpt_set_aside_invalid(s, &n, NULL, 0);
+    EXPECT(rc == LLMT_ESTATE && strstr(llmt_error_last(), "one node's copy") && n == 0,
+           "set aside: status %d, %zu set aside: %s", rc, n, llmt_error_last());
+    llmt_ckpt_store_free(s);
+    llmt_context_free(ctx);
+    entries(fast, after, sizeof after);
+    EXPECT(!strcmp(before, after), "set aside changed node A's fast tier:\n%s", after);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -292,10 +517,15 @@ int main(int argc, char **argv)
     copy_case(dir, "same");
     resume_case(dir, "same", "AABB", m->comm, SAVED, NULL); /* step 6: fast only */
     copy_case(dir, "moved");
-    resume_case(dir, "moved", "ABAB", m->comm, 4, "local to each node");
+    resume_case(dir, "moved", "ABAB", m->comm, 4, ".safetensors: not on this rank's node");
     test_stale_copy(dir, m->comm);
     test_deleted_file(dir, m->comm);
     test_one_node(dir, m->comm);
+    test_rank0_commit_fails(dir, m->comm);
+    test_node_commit_fails(dir, m->comm);
+    test_locked_node(dir, m->comm);
+    test_blocked_node(dir, m->comm);
+    test_no_set_aside(dir);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     llmt_comm_mpi_free(m);

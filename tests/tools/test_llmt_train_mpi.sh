@@ -9,7 +9,8 @@
 # batch.accumulation=ordered`), and only
 # rank 0 writes --out (a second lock holder would fail the run); a fast
 # tier local to each node (two working directories) keeps each node's
-# files and resumes to the same bytes; a
+# files, resumes to the same bytes, and --start-over does not set them
+# aside; a
 # torchrun-style WORLD_SIZE=2 (or Slurm's or PMI's variables) without an
 # MPI launch is refused with how to launch; errors are tagged with their rank;
 # SIGTERM reaching rank 1 alone stops both ranks after the same step with a
@@ -132,7 +133,7 @@ per_node() { # out-dir extra-args...
         checkpoint.fast_every=1 checkpoint.fast_dir=fast "$@"
 }
 per_node "$tmp/pn" > "$tmp/pn.log" 2>&1 || fail "per-node fast tier: $(cat "$tmp/pn.log")"
-grep -q "fast checkpoint directory fast is local to each node (2 nodes)" "$tmp/pn.log" ||
+grep -q "fast checkpoint directory fast is local to each node (2 directories)" "$tmp/pn.log" ||
     fail "per-node fast tier: not logged: $(cat "$tmp/pn.log")"
 [ "$(ls "$tmp/A/fast/step-00000003" | tr '\n' ' ')" = \
     "MANIFEST model.safetensors optimizer-00001-of-00002.safetensors user.bin " ] ||
@@ -142,6 +143,12 @@ grep -q "fast checkpoint directory fast is local to each node (2 nodes)" "$tmp/p
 cmp -s "$tmp/A/fast/step-00000003/MANIFEST" "$tmp/B/fast/step-00000003/MANIFEST" ||
     fail "the nodes' MANIFESTs differ"
 rm -r "$tmp/pn/checkpoints/step-00000003"
+# --start-over does not set aside node A's copies: a resume may load them.
+rc=0
+per_node "$tmp/pn" --start-over > "$tmp/pn.log" 2>&1 || rc=$?
+[ $rc -ne 0 ] && grep -q "one node's copy of a checkpoint saved with a fast tier local to each node" \
+    "$tmp/pn.log" || fail "per-node --start-over: exit $rc: $(cat "$tmp/pn.log")"
+[ -d "$tmp/A/fast/step-00000003" ] || fail "per-node --start-over set aside node A's step 3"
 per_node "$tmp/pn" train.steps=5 > "$tmp/pn.log" 2>&1 || fail "per-node resume: $(cat "$tmp/pn.log")"
 grep -q "resumed from step 3 (fast tier)" "$tmp/pn.log" || fail "per-node resume: $(cat "$tmp/pn.log")"
 "$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" --out "$tmp/np2x5" train.steps=5 \

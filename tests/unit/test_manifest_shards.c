@@ -106,12 +106,19 @@ static void test_per_node_flag(void **state)
     size_t len = 0;
     assert_int_equal(llmt_manifest_format(&m, &again, &len), LLMT_OK);
     assert_non_null(strstr(again, "\"per_node\":true"));
+    /* Without it: not per node, as every save before the flag existed, and
+     * a manifest not per node is formatted without it. */
+    m.per_node = 0;
+    free(again);
+    assert_int_equal(llmt_manifest_format(&m, &again, &len), LLMT_OK);
+    assert_null(strstr(again, "per_node"));
+    llmt_manifest_clear(&m);
+    assert_int_equal(llmt_manifest_parse(again, len, &m), LLMT_OK);
+    assert_false(m.per_node);
     llmt_manifest_clear(&m);
     free(again);
     assert_int_equal(parse_with(from, "\"per_node\":false,\"chunk_bytes\":"), LLMT_ECORRUPT);
     assert_int_equal(parse_with(from, "\"per_node\":1,\"chunk_bytes\":"), LLMT_ECORRUPT);
-    /* Without it: not per node, as every save before the flag existed. */
-    assert_null(strstr(body, "per_node"));
 }
 
 int main(void)
