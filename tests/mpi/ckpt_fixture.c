@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mpi.h>
 #include <xxhash.h>
@@ -68,6 +69,17 @@ int same_as_uninterrupted(const run *r, const char *dir, int64_t steps)
                        (size_t)(r->opt->end - r->opt->first) * es[k]) == 0;
     run_close(&ref);
     return same;
+}
+
+void enter_node(const char *base, const char *layout)
+{
+    if (rank == 0)
+        sh("mkdir -p '%s/A' '%s/B'", base, base);
+    MPI_Barrier(MPI_COMM_WORLD);
+    char path[1000];
+    snprintf(path, sizeof path, "%s/%c", base, layout[rank]);
+    if (chdir(path) != 0)
+        must(LLMT_EIO, path);
 }
 
 void read_manifest(const char *ckpt, int step, llmt_manifest *m)

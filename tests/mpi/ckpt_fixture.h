@@ -34,6 +34,12 @@ int64_t resume(run *r, const char *dir, llmt_comm *comm, const char *ckpt, int *
  * after steps steps, bit for bit. */
 int same_as_uninterrupted(const run *r, const char *dir, int64_t steps);
 
+/* Moves this rank into its simulated node's directory: base/A or base/B
+ * (made by rank 0), after layout's letter for this rank ("AABB": ranks 0
+ * and 1 on node A). A relative fast tier path then names a directory of
+ * its node's own, as /dev/shm does on real nodes. Collective. */
+void enter_node(const char *base, const char *layout);
+
 /* Parses the MANIFEST of step in ckpt into m (aborts on failure). */
 void read_manifest(const char *ckpt, int step, llmt_manifest *m);
 

@@ -31,9 +31,24 @@
  *   test_ckpt_sharded check DIR   checks that every checkpoint left
  *       verifies, that the newest loads with the uninterrupted run's state,
  *       and that the run saves again (ckpt_kill.sh runs the trials).
+ *   test_ckpt_sharded churn-nodes DIR SEED LAYOUT   the same with the ranks
+ *       on two simulated nodes (LAYOUT: "AABB", a node per rank; DIR
+ *       absolute), saving after every step into a fast tier local to each
+ *       node and every 3 steps into the durable one, while one rank kills
+ *       itself inside one of the fast saves 2 to 6 (for an odd SEED inside
+ *       its close, where the other nodes' leaders commit before rank 0);
+ *       then
+ *   test_ckpt_sharded check-nodes DIR TAG LAYOUT SAVED   checks DIR/TAG (the
+ *       churn's DIR/nodes or a copy) with the ranks on the nodes of LAYOUT
+ *       (SAVED: the churn's): every rank resumes the newest checkpoint whose
+ *       files it finds on its node (found here from the files; rank 0's
+ *       newest fast one must be whole when LAYOUT is SAVED) with the
+ *       uninterrupted run's state, and both tiers save again
+ *       (ckpt_kill_nodes.sh runs the trials).
  *
  * DIR is shared by the save (a ctest fixture) and the loads; each load works
  * on its own copies, so loads may run side by side. Threads: one per rank. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -59,6 +74,7 @@
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/dist_ckpt.h"
+#include "train/dist_fast_tier.h"
 #include "train/trainer_internal.h"
 
 /* The element sizes of the state sections (exp_avg, exp_avg_sq, master). */
@@ -893,17 +909,287 @@ static void do_check(const char *dir, llmt_comm *comm)
         printf("resumed from step %lld\n", (long long)step);
 }
 
+/* ---- SIGKILL trials on a fast tier local to each node (ckpt_kill_nodes.sh)
+ *
+ * Two simulated nodes (enter_node): ranks in DIR/nodes/A or B, the fast
+ * tier the relative "fast", the durable one DIR/nodes/ckpt, shared. */
+
+enum { DURABLE_EVERY = 3,     /* the node churn's durable saves (its fast ones: every step) */
+       NODE_KILL_FIRST = 2,   /* the kill comes in fast save NODE_KILL_FIRST.. (in 2 or 3, */
+       NODE_KILL_SAVES = 5 }; /* no durable one yet) ..NODE_KILL_FIRST + NODE_KILL_SAVES - 1 */
+
+/* A node churn's victim aiming at the commits: its call of
+ * llmt_dist_fast_commit_nodes (in llmt_dist_save_close: the other nodes'
+ * leaders commit there, rank 0 right after it) in fast save number
+ * commit_kill_at arms the kill, kill_fraction of the shortest span so far
+ * from that call to the save's return later. commit_started: when the fast
+ * save in progress made that call (-1: not yet). */
+static int commit_kill_at, fast_commits_seen;
+static double commit_started = -1.0, shortest_commits = 1e9;
+
+int __real_llmt_dist_fast_commit_nodes(llmt_trainer *tr, llmt_dist_save *sv, char **text,
+                                       size_t *len);
+int __wrap_llmt_dist_fast_commit_nodes(llmt_trainer *tr, llmt_dist_save *sv, char **text,
+                                       size_t *len);
+
+int __wrap_llmt_dist_fast_commit_nodes(llmt_trainer *tr, llmt_dist_save *sv, char **text,
+                                       size_t *len)
+{
+    if (phase_fd >= 0 && sv->tier == LLMT_CKPT_FAST) {
+        if (++fast_commits_seen == commit_kill_at)
+            arm_kill(kill_fraction * shortest_commits);
+        commit_started = now();
+        set_phase('C');
+    }
+    return __real_llmt_dist_fast_commit_nodes(tr, sv, text, len);
+}
+
+/* Trains DIR's run with the ranks on the nodes of layout ("AABB"), saving
+ * into the per-node fast tier after every step and into the durable one
+ * every DURABLE_EVERY (both keeping KEEP). Rank `victim` (chosen by SEED)
+ * keeps in DIR/nodes/phase where it is (W: in a fast save before its
+ * commits, C: in them, D: in a durable save, - elsewhere) and, in fast save
+ * number `at`, kills itself: for an even SEED a random fraction of its
+ * shortest fast save after the save starts, for an odd one a random fraction
+ * of its shortest commits after they start. */
+static void do_churn_nodes(const char *dir, llmt_comm *comm, unsigned seed, const char *layout)
+{
+    srand(seed);
+    int victim = rand() % size;
+    int at = NODE_KILL_FIRST + rand() % NODE_KILL_SAVES;
+    kill_fraction = (double)rand() / ((double)RAND_MAX + 1.0);
+    char base[900], ckpt[1000], data[1000], phase[1000];
+    snprintf(base, sizeof base, "%s/nodes", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", base);
+    snprintf(data, sizeof data, "%s/train_000000.bin", dir);
+    snprintf(phase, sizeof phase, "%s/phase", base);
+    if (rank == 0 && access(data, F_OK) != 0) {
+        sh("mkdir -p '%s'%s", dir, "");
+        write_shard(dir);
+    }
+    enter_node(base, layout);
+    run r;
+    run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    if (rank == 0) {
+        llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+        sc.keep = sc.fast_keep = KEEP;
+        sc.fast_dir = "fast";
+        must(llmt_ckpt_store_open(&r.store, r.ctx, ckpt, &sc), "store");
+        r.tr->parts.store = r.store;
+    }
+    if (rank == victim && (phase_fd = open(phase, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
+        must(LLMT_EIO, phase);
+    set_phase('-');
+    if (phase_fd >= 0 && seed % 2)
+        commit_kill_at = at;
+    double shortest = 1e9;
+    for (int s = 1; s <= STEPS; s++) {
+        train(&r, 1, NULL);
+        if (phase_fd >= 0 && s == at && !commit_kill_at)
+            arm_kill(kill_fraction * shortest);
+        set_phase('W');
+        double t0 = now();
+        must(llmt_trainer_save(r.tr, LLMT_CKPT_FAST), "fast save");
+        shortest = now() - t0 < shortest ? now() - t0 : shortest;
+        if (commit_started >= 0 && now() - commit_started < shortest_commits)
+            shortest_commits = now() - commit_started;
+        commit_started = -1.0;
+        set_phase('D');
+        if (s % DURABLE_EVERY == 0)
+            must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "durable save");
+        set_phase('-');
+    }
+    run_close(&r); /* not killed in time: the trial is a plain run */
+    if (phase_fd >= 0)
+        close(phase_fd);
+}
+
+/* The committed checkpoints (step-N, not step-N.tmp-*) in dir, ascending,
+ * at most cap of them; their count. */
+static size_t committed_steps(const char *dir, int64_t *steps, size_t cap)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d)) && n < cap;) {
+        char *end = NULL;
+        if (strlen(e->d_name) == 13 && !strncmp(e->d_name, "step-", 5))
+            steps[n] = strtoll(e->d_name + 5, &end, 10);
+        if (end && !*end)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    for (size_t i = 1; i < n; i++) /* insertion sort */
+        for (size_t j = i; j > 0 && steps[j - 1] > steps[j]; j--) {
+            int64_t t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    return n;
+}
+
+/* Whether path is a file of `bytes` bytes. */
+static int has_file(const char *path, uint64_t bytes)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == bytes;
+}
+
+/* Whether this rank's node holds fast step `step` with rank 0's MANIFEST
+ * (text, len) and, at their sizes, the files of it that this rank reads:
+ * the optimizer files overlapping its range of the state and, on rank 0,
+ * the common files. */
+static int node_holds(const run *r, int64_t step, const char *text, size_t len)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "fast/step-%08lld/MANIFEST", (long long)step);
+    FILE *f = fopen(path, "rb");
+    char *mine = malloc(len + 1);
+    int same = f && mine && fread(mine, 1, len + 1, f) == len && !memcmp(mine, text, len);
+    if (f)
+        fclose(f);
+    free(mine);
+    llmt_manifest m;
+    if (!same || llmt_manifest_parse(text, len, &m) != LLMT_OK)
+        return 0;
+    for (int i = 0; rank == 0 && i < m.n_files; i++) {
+        snprintf(path, sizeof path, "fast/step-%08lld/%s", (long long)step, m.files[i].name);
+        same &= has_file(path, m.files[i].bytes);
+    }
+    for (int32_t k = 0; k < m.world_size; k++) {
+        const llmt_manifest_shard *s = &m.shards[k];
+        snprintf(path, sizeof path, "fast/step-%08lld/%s", (long long)step, s->file.name);
+        if (s->first < r->opt->end && r->opt->first < s->end)
+            same &= has_file(path, s->file.bytes);
+    }
+    llmt_manifest_clear(&m);
+    return same;
+}
+
+/* Whether every rank's node holds fast step `step` of rank 0's node as
+ * node_holds says (collective). */
+static int whole_everywhere(const run *r, int64_t step)
+{
+    static char text[1 << 16];
+    char path[1100];
+    int64_t len = 0;
+    snprintf(path, sizeof path, "fast/step-%08lld/MANIFEST", (long long)step);
+    FILE *f = rank == 0 ? fopen(path, "rb") : NULL;
+    if (f) {
+        len = (int64_t)fread(text, 1, sizeof text, f);
+        fclose(f);
+    }
+    MPI_Bcast(&len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(text, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    int mine = len > 0 && node_holds(r, step, text, (size_t)len), all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+/* The step a resume over ckpt (durable) and the nodes' fast tiers must
+ * load, found from the files (collective): the newer of rank 0's newest
+ * durable checkpoint and the newest fast one in rank 0's node that is
+ * whole_everywhere (-1: none, a fresh start). With the ranks where the
+ * churn had them (same), rank 0's newest fast checkpoint must be whole: the
+ * other nodes' leaders commit before rank 0. */
+static int64_t expected_step(const run *r, const char *ckpt, int same)
+{
+    int64_t durable[64], fast[64], found = -1;
+    int64_t n[2] = {0, 0};
+    if (rank == 0) {
+        n[0] = (int64_t)committed_steps(ckpt, durable, 64);
+        n[1] = (int64_t)committed_steps("fast", fast, 64);
+    }
+    MPI_Bcast(n, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(fast, (int)n[1], MPI_INT64_T, 0, MPI_COMM_WORLD);
+    for (int64_t i = n[1] - 1; i >= 0 && found < 0; i--) {
+        int whole = whole_everywhere(r, fast[i]);
+        EXPECT(!same || whole || i < n[1] - 1, "rank 0's newest fast checkpoint, step %lld, "
+               "is not whole on every node (a partial checkpoint listed as committed)",
+               (long long)fast[i]);
+        found = whole ? fast[i] : -1;
+    }
+    if (rank == 0 && n[0] > 0 && durable[n[0] - 1] > found)
+        found = durable[n[0] - 1];
+    MPI_Bcast(&found, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    return found;
+}
+
+/* After a node trial, with the ranks on the nodes of layout (saved: the
+ * churn's layout) over DIR/tag (a copy of DIR/nodes, or itself): every rank
+ * resumes expected_step's step (with none, every rank starts fresh, or
+ * fails alike naming the per-node tier, and starts fresh in new objects),
+ * with the uninterrupted run's state; then one more step saves to the fast
+ * tier (per node when the layout has both nodes), whole on every node, and
+ * to the durable one, whose checkpoints all verify, that step the newest. */
+static void do_check_nodes(const char *dir, const char *tag, const char *layout,
+                           const char *saved, llmt_comm *comm)
+{
+    char base[900], ckpt[1000];
+    snprintf(base, sizeof base, "%s/%s", dir, tag);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", base);
+    enter_node(base, layout);
+    fast_dir = "fast";
+    fast_every = 1;
+    run r;
+    int rc = LLMT_OK, lo = 0, hi = 0;
+    int64_t step = resume(&r, dir, comm, ckpt, &rc);
+    MPI_Allreduce(&rc, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&rc, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int64_t want = expected_step(&r, ckpt, !strcmp(layout, saved));
+    EXPECT(lo == hi, "the ranks' resumes returned %d..%d", lo, hi);
+    EXPECT(rc == LLMT_OK || (want < 0 && strstr(llmt_error_last(), "local to each node")),
+           "resume after a kill: status %d: %s", rc, llmt_error_last());
+    EXPECT(step == want, "resumed from step %lld, wanted %lld", (long long)step, (long long)want);
+    const char *tier = step < 0 ? "a fresh start" : strstr(log_text, "(fast tier)") ? "fast"
+                                                                                   : "durable";
+    if (rc != LLMT_OK) { /* none loads (and the objects may be partly overwritten): new ones */
+        run_close(&r);
+        run_open(&r, dir, LLMT_PRECISION_BF16_MIXED, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0,
+                 77);
+        tier = "none, in new objects";
+    }
+    EXPECT(step <= 0 || same_as_uninterrupted(&r, dir, step),
+           "the state resumed from step %lld is not the uninterrupted run's", (long long)step);
+    train(&r, 1, NULL); /* saves to the fast tier */
+    must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "durable save after the resume");
+    int64_t next = (step > 0 ? step : 0) + 1;
+    EXPECT(whole_everywhere(&r, next), "after the resume, the fast save of step %lld is not "
+           "whole on every node", (long long)next);
+    if (rank == 0) {
+        int64_t steps[64];
+        size_t n = 0;
+        must(llmt_ckpt_list(r.store, LLMT_CKPT_DURABLE, steps, 64, &n), "list");
+        for (size_t i = 0; i < n; i++)
+            EXPECT(llmt_ckpt_verify(r.store, steps[i], LLMT_CKPT_DURABLE) == LLMT_OK,
+                   "durable step %lld does not verify: %s", (long long)steps[i],
+                   llmt_error_last());
+        EXPECT(n > 0 && steps[n - 1] == next, "after the resume, the newest durable "
+               "checkpoint is not step %lld", (long long)next);
+    }
+    run_close(&r);
+    if (rank == 0)
+        printf("resumed from step %lld (%s)\n", (long long)step, tier);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *mode = argc >= 3 ? argv[1] : "";
+    const char *layout = argc == 5 && !strcmp(mode, "churn-nodes") ? argv[4]
+                         : argc == 6 && !strcmp(mode, "check-nodes") ? argv[4] : NULL;
+    int nodes_ok = layout && argv[2][0] == '/' && (int)strlen(layout) == size &&
+                   strspn(layout, "AB") == strlen(layout) &&
+                   (argc == 5 || strlen(argv[5]) == strspn(argv[5], "AB"));
     if (!(argc == 3 && (!strcmp(mode, "save") || !strcmp(mode, "load") || !strcmp(mode, "check") ||
                         !strcmp(mode, "async"))) &&
-        !(argc == 4 && !strcmp(mode, "churn"))) {
+        !(argc == 4 && !strcmp(mode, "churn")) && !nodes_ok) {
         if (rank == 0)
-            fprintf(stderr, "usage: %s save|load|check|async DIR, or churn DIR SEED\n", argv[0]);
+            fprintf(stderr, "usage: %s save|load|check|async DIR, churn DIR SEED, churn-nodes "
+                    "DIR SEED LAYOUT or check-nodes DIR TAG LAYOUT SAVED (DIR absolute, "
+                    "LAYOUT one A or B per rank)\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
@@ -917,6 +1203,10 @@ int main(int argc, char **argv)
         do_check(argv[2], m->comm);
     else if (!strcmp(mode, "async"))
         do_async(argv[2], m->comm);
+    else if (!strcmp(mode, "churn-nodes"))
+        do_churn_nodes(argv[2], m->comm, (unsigned)strtoul(argv[3], NULL, 10), layout);
+    else if (!strcmp(mode, "check-nodes"))
+        do_check_nodes(argv[2], argv[3], layout, argv[5], m->comm);
     else
         do_churn(argv[2], m->comm, (unsigned)strtoul(argv[3], NULL, 10));
     int all = 0;
