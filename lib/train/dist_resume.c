@@ -54,30 +54,10 @@ typedef struct position {
 typedef struct range_read {
     llmt_optimizer *o;
     int64_t step;
-    int per_node;
     uint64_t manifest;
     char dir[PATH_CAP];
     llmt_task task;
 } range_read;
-
-/* In one node's copy of a per-node fast tier's checkpoint: LLMT_ECORRUPT
- * when a file of rr's range is not on this rank's node (the ranks are not
- * where they were at the save). */
-static int check_here(const range_read *rr, const llmt_manifest *mf, const char *label)
-{
-    for (int32_t r = 0; r < mf->world_size; r++) {
-        const llmt_manifest_shard *sh = &mf->shards[r];
-        if (sh->end <= rr->o->first || rr->o->end <= sh->first || sh->first == sh->end)
-            continue;
-        char path[PATH_CAP + 80];
-        snprintf(path, sizeof path, "%s/%s", rr->dir, sh->file.name);
-        if (access(path, F_OK) != 0)
-            return llmt_fail(LLMT_ECORRUPT, "%s: file %s: not on this rank's node (a fast tier "
-                             "local to each node: a rank resumes from it only where its files "
-                             "are, as where the ranks were at the save)", label, sh->file.name);
-    }
-    return LLMT_OK;
-}
 
 /* From the files of the checkpoint in rr->dir, whose MANIFEST must be the
  * one rank 0 read (a per-node fast tier's copy on this rank's node may be
@@ -92,9 +72,7 @@ static int read_range(void *arg)
     if (!rc && mf.checksum != rr->manifest)
         rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not the one rank 0 read (a save of this "
                        "step that did not complete on every node)", label, CKPT_MANIFEST_FILE);
-    else if (!rc && rr->per_node)
-        rc = check_here(rr, &mf, label);
-    if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
+    else if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
         llmt_fail_prefix(rc, "%s", label);
     llmt_manifest_clear(&mf);
     return rc;
@@ -104,7 +82,6 @@ static void range_read_start(range_read *rr, llmt_optimizer *o, const position *
 {
     rr->o = o;
     rr->step = pos->found;
-    rr->per_node = pos->per_node;
     rr->manifest = pos->manifest;
     memcpy(rr->dir, pos->dir, sizeof rr->dir);
     llmt_task_start(&rr->task, read_range, rr, o->model->ops->host_memory);
@@ -222,24 +199,52 @@ static int agree_damage_first(llmt_trainer *tr, int rc)
  * status is agreed: a rank that found damage makes it LLMT_ECORRUPT on
  * every rank, its message (naming the rank, the path and the file) passed
  * on. */
+/* Whether this rank can load its part of the candidate in pos, checked
+ * before anything is loaded: it sees the checkpoint's directory (the
+ * durable one is shared; a fast one may be local to each node); and in one
+ * node's copy of a per-node fast tier's checkpoint, its node's MANIFEST is
+ * rank 0's and holds the files of this rank's range (else the ranks are not
+ * where they were at the save). LLMT_ECORRUPT makes every rank go on to the
+ * next candidate. */
+static int can_load_here(const llmt_optimizer *o, const position *pos)
+{
+    const char *why = "a fast tier local to each node: a rank resumes from it only where its "
+                      "files are, as where the ranks were at the save";
+    if (access(pos->dir, R_OK | X_OK) != 0)
+        return pos->tier == LLMT_CKPT_FAST
+                   ? llmt_fail(LLMT_ECORRUPT, "checkpoint %s: not on this rank's node (%s)",
+                               pos->dir, why)
+                   : llmt_fail(LLMT_EIO, "cannot read the checkpoint %s (the durable directory "
+                               "must be one file system that every rank sees)", pos->dir);
+    if (!pos->per_node)
+        return LLMT_OK;
+    char label[PATH_CAP + 16];
+    snprintf(label, sizeof label, "checkpoint %s", pos->dir);
+    llmt_manifest mf;
+    int rc = llmt_ckpt_read_manifest_at(pos->dir, label, pos->found, &mf);
+    if (!rc && mf.checksum != pos->manifest)
+        rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not the one rank 0 read (a save of this "
+                       "step that did not complete on every node)", label, CKPT_MANIFEST_FILE);
+    for (int32_t r = 0; !rc && r < mf.world_size; r++) {
+        const llmt_manifest_shard *sh = &mf.shards[r];
+        if (sh->end <= o->first || o->end <= sh->first || sh->first == sh->end)
+            continue;
+        char path[PATH_CAP + 80];
+        snprintf(path, sizeof path, "%s/%s", pos->dir, sh->file.name);
+        if (access(path, F_OK) != 0)
+            rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not on this rank's node (%s)", label,
+                           sh->file.name, why);
+    }
+    llmt_manifest_clear(&mf);
+    return rc;
+}
+
 static int load_everywhere(llmt_trainer *tr, position *pos, search *sr)
 {
     llmt_optimizer *o = tr->parts.optimizer;
     llmt_model *m = tr->parts.model;
     llmt_comm *c = o->comm;
-    /* Every rank must see the checkpoint. The durable directory is shared;
-     * a fast one may be local to each node, and a checkpoint missing on a
-     * rank's node makes every rank go on to the next candidate. */
-    int seen = LLMT_OK;
-    if (access(pos->dir, R_OK | X_OK) != 0 && pos->tier == LLMT_CKPT_FAST)
-        seen = llmt_fail(LLMT_ECORRUPT, "checkpoint %s: not on this rank's node (a fast tier "
-                         "local to each node: a rank resumes from it only where its files are, "
-                         "as where the ranks were at the save)", pos->dir);
-    else if (access(pos->dir, R_OK | X_OK) != 0)
-        seen = llmt_fail(LLMT_EIO, "rank %d cannot read the checkpoint %s (the durable "
-                         "directory must be one file system that every rank sees)",
-                         llmt_comm_rank(c), pos->dir);
-    LLMT_TRY(llmt_dist_agree(c, seen));
+    LLMT_TRY(llmt_dist_agree(c, can_load_here(o, pos)));
     range_read rr; /* rank 0 too: two streams read faster than one after the other */
     range_read_start(&rr, o, pos);
     int rc = llmt_dist_agree(c, sr ? root_load(sr) : LLMT_OK);

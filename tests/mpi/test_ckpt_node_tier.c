@@ -18,7 +18,8 @@
  *     more steps give the uninterrupted run's bits.
  *   - A resume with the ranks on other nodes ("ABAB") cannot read step 6 on
  *     ranks 1 and 2: every rank falls back to the durable step 4 (logged),
- *     and continues to the same bits.
+ *     and continues to the same bits; without a durable checkpoint, every
+ *     rank fails before any object was loaded into.
  *   - Node B's copy of step 6 replaced by another run's (a save of that
  *     step that rank 0 did not commit), or one of its files deleted: every
  *     rank falls back to step 4, the log naming the cause.
@@ -66,27 +67,15 @@ enum { SAVED = 6, MORE = 4 };
     "optimizer-00002-of-00004.safetensors\noptimizer-00003-of-00004.safetensors\n"     \
     "optimizer-00004-of-00004.safetensors\nuser.bin\n"
 
-/* This rank's node in layout ("AABB": one letter per rank). */
-static char node_of(const char *layout)
-{
-    return layout[rank];
-}
-
-/* Moves this rank into its node's directory of case dir/tag (made by rank
- * 0 with the durable directory), so "fast" is its node's fast tier. */
+/* Moves this rank into its node's directory of case dir/tag (enter_node),
+ * so "fast" is its node's fast tier; durable gets the durable tier's path. */
 static void enter(const char *dir, const char *tag, const char *layout, char *durable,
                   size_t cap)
 {
-    char path[900];
+    char base[900];
     snprintf(durable, cap, "%s/%s/durable", dir, tag);
-    if (rank == 0) {
-        snprintf(path, sizeof path, "%s/%s", dir, tag);
-        sh("mkdir -p '%s/A' '%s/B'", path, path);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    snprintf(path, sizeof path, "%s/%s/%c", dir, tag, node_of(layout));
-    if (chdir(path) != 0)
-        must(LLMT_EIO, path);
+    snprintf(base, sizeof base, "%s/%s", dir, tag);
+    enter_node(base, layout);
 }
 
 /* A run of case tag from step 0 to SAVED with seed, saving as the header
@@ -234,6 +223,30 @@ static void resume_case(const char *dir, const char *tag, const char *layout, ll
         EXPECT(same_as_uninterrupted(&r, dir, want + MORE), "%s (%s): after %d more steps, "
                "not the uninterrupted run's state", tag, layout, MORE);
     }
+    run_close(&r);
+}
+
+/* The ranks on other nodes ("ABAB") and no durable checkpoint: no fast
+ * one loads either, and every rank fails before any object was touched
+ * (each rank checks that its node holds its files before rank 0 loads the
+ * weights), so the run's objects are still usable. */
+static void test_moved_nothing_else(const char *dir, llmt_comm *comm)
+{
+    copy_case(dir, "moved2");
+    char path[900];
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/moved2/durable/step-00000004", dir);
+        sh("rm -r '%s'%s", path, "");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char durable[900];
+    enter(dir, "moved2", "ABAB", durable, sizeof durable);
+    run r;
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, durable, &rc);
+    EXPECT(rc == LLMT_ECORRUPT && step == -1 && !strstr(llmt_error_last(), "partly") &&
+               strstr(llmt_error_last(), "not on this rank's node"),
+           "moved2: step %lld, status %d: %s", (long long)step, rc, llmt_error_last());
     run_close(&r);
 }
 
@@ -518,6 +531,7 @@ int main(int argc, char **argv)
     resume_case(dir, "same", "AABB", m->comm, SAVED, NULL); /* step 6: fast only */
     copy_case(dir, "moved");
     resume_case(dir, "moved", "ABAB", m->comm, 4, ".safetensors: not on this rank's node");
+    test_moved_nothing_else(dir, m->comm);
     test_stale_copy(dir, m->comm);
     test_deleted_file(dir, m->comm);
     test_one_node(dir, m->comm);
