@@ -59,6 +59,22 @@ typedef struct range_read {
     llmt_task task;
 } range_read;
 
+/* The MANIFEST of checkpoint step in dir into mf (label: for messages),
+ * which must be the one rank 0 read (its checksum): a per-node fast tier's
+ * copy on this rank's node may be left from a save that rank 0 did not
+ * commit. */
+static int read_rank0_manifest(const char *dir, const char *label, int64_t step,
+                               uint64_t checksum, llmt_manifest *mf)
+{
+    int rc = llmt_ckpt_read_manifest_at(dir, label, step, mf);
+    if (!rc && mf->checksum != checksum) {
+        llmt_manifest_clear(mf);
+        rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not the one rank 0 read (a save of this "
+                       "step that did not complete on every node)", label, CKPT_MANIFEST_FILE);
+    }
+    return rc;
+}
+
 /* From the files of the checkpoint in rr->dir, whose MANIFEST must be the
  * one rank 0 read (a per-node fast tier's copy on this rank's node may be
  * left from a save that rank 0 did not commit). */
@@ -68,11 +84,8 @@ static int read_range(void *arg)
     char label[PATH_CAP + 16];
     snprintf(label, sizeof label, "checkpoint %s", rr->dir);
     llmt_manifest mf;
-    int rc = llmt_ckpt_read_manifest_at(rr->dir, label, rr->step, &mf);
-    if (!rc && mf.checksum != rr->manifest)
-        rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not the one rank 0 read (a save of this "
-                       "step that did not complete on every node)", label, CKPT_MANIFEST_FILE);
-    else if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
+    int rc = read_rank0_manifest(rr->dir, label, rr->step, rr->manifest, &mf);
+    if (!rc && (rc = llmt_ckpt_shard_read(rr->dir, &mf, rr->o)))
         llmt_fail_prefix(rc, "%s", label);
     llmt_manifest_clear(&mf);
     return rc;
@@ -221,10 +234,7 @@ static int can_load_here(const llmt_optimizer *o, const position *pos)
     char label[PATH_CAP + 16];
     snprintf(label, sizeof label, "checkpoint %s", pos->dir);
     llmt_manifest mf;
-    int rc = llmt_ckpt_read_manifest_at(pos->dir, label, pos->found, &mf);
-    if (!rc && mf.checksum != pos->manifest)
-        rc = llmt_fail(LLMT_ECORRUPT, "%s: file %s: not the one rank 0 read (a save of this "
-                       "step that did not complete on every node)", label, CKPT_MANIFEST_FILE);
+    int rc = read_rank0_manifest(pos->dir, label, pos->found, pos->manifest, &mf);
     for (int32_t r = 0; !rc && r < mf.world_size; r++) {
         const llmt_manifest_shard *sh = &mf.shards[r];
         if (sh->end <= o->first || o->end <= sh->first || sh->first == sh->end)

@@ -879,6 +879,19 @@ static void do_churn(const char *dir, llmt_comm *comm, unsigned seed)
         close(phase_fd);
 }
 
+/* Rank 0: every durable checkpoint of r's store verifies (counted as
+ * failures otherwise); returns the newest's step, -1 for none. */
+static int64_t newest_durable_verified(const run *r)
+{
+    int64_t steps[64];
+    size_t n = 0;
+    must(llmt_ckpt_list(r->store, LLMT_CKPT_DURABLE, steps, 64, &n), "list");
+    for (size_t i = 0; i < n; i++)
+        EXPECT(llmt_ckpt_verify(r->store, steps[i], LLMT_CKPT_DURABLE) == LLMT_OK,
+               "durable step %lld does not verify: %s", (long long)steps[i], llmt_error_last());
+    return n ? steps[n - 1] : -1;
+}
+
 /* After a trial: every checkpoint in the store verifies (no partial one is
  * ever a step-N directory), the newest loads, its state equals that of an
  * uninterrupted run to its step, and the run saves again. */
@@ -891,14 +904,9 @@ static void do_check(const char *dir, llmt_comm *comm)
     int64_t step = resume(&r, dir, comm, ckpt, &rc);
     EXPECT(rc == LLMT_OK, "resume after a kill: status %d: %s", rc, llmt_error_last());
     if (rank == 0) {
-        int64_t steps[64];
-        size_t n = 0;
-        must(llmt_ckpt_list(r.store, LLMT_CKPT_DURABLE, steps, 64, &n), "list");
-        for (size_t i = 0; i < n; i++)
-            EXPECT(llmt_ckpt_verify(r.store, steps[i], LLMT_CKPT_DURABLE) == LLMT_OK,
-                   "step %lld does not verify: %s", (long long)steps[i], llmt_error_last());
-        EXPECT(n == 0 || steps[n - 1] == step, "resumed from %lld, the newest is %lld",
-               (long long)step, (long long)steps[n - 1]);
+        int64_t newest = newest_durable_verified(&r);
+        EXPECT(newest < 0 || newest == step, "resumed from %lld, the newest is %lld",
+               (long long)step, (long long)newest);
     }
     EXPECT(step <= 0 || same_as_uninterrupted(&r, dir, step),
            "the state resumed from step %lld is not the uninterrupted run's", (long long)step);
@@ -1156,17 +1164,8 @@ static void do_check_nodes(const char *dir, const char *tag, const char *layout,
     int64_t next = (step > 0 ? step : 0) + 1;
     EXPECT(whole_everywhere(&r, next), "after the resume, the fast save of step %lld is not "
            "whole on every node", (long long)next);
-    if (rank == 0) {
-        int64_t steps[64];
-        size_t n = 0;
-        must(llmt_ckpt_list(r.store, LLMT_CKPT_DURABLE, steps, 64, &n), "list");
-        for (size_t i = 0; i < n; i++)
-            EXPECT(llmt_ckpt_verify(r.store, steps[i], LLMT_CKPT_DURABLE) == LLMT_OK,
-                   "durable step %lld does not verify: %s", (long long)steps[i],
-                   llmt_error_last());
-        EXPECT(n > 0 && steps[n - 1] == next, "after the resume, the newest durable "
-               "checkpoint is not step %lld", (long long)next);
-    }
+    EXPECT(rank != 0 || newest_durable_verified(&r) == next, "after the resume, the newest "
+           "durable checkpoint is not step %lld", (long long)next);
     run_close(&r);
     if (rank == 0)
         printf("resumed from step %lld (%s)\n", (long long)step, tier);
