@@ -149,7 +149,7 @@ static int on_another_node(const char *dir, const llmt_manifest_file *f)
 /* Whether a check in mode what hashes file f of manifest m whole. */
 static int hashed(int what, const llmt_manifest *m, const llmt_manifest_file *f)
 {
-    if (what == LLMT_CKPT_CHECK_ALL)
+    if (what == LLMT_CKPT_CHECK_ALL || what == LLMT_CKPT_CHECK_NODE_COPY)
         return 1;
     if (what == LLMT_CKPT_CHECK_MODEL)
         return strcmp(f->name, CKPT_MODEL_FILE) == 0;
@@ -165,14 +165,14 @@ static int hashed(int what, const llmt_manifest *m, const llmt_manifest_file *f)
 /* Checks file f that manifest m lists (a shard file when shard). In one
  * node's copy of a per-node fast tier's checkpoint (m->per_node) a missing
  * file is on another node: passed over for a shard in the resume's first
- * pass (LLMT_CKPT_CHECK_UNREAD: the ranks that read it find out), damage
- * that says so otherwise. */
+ * pass (LLMT_CKPT_CHECK_UNREAD: the ranks that read it find out) and for
+ * any file in LLMT_CKPT_CHECK_NODE_COPY, damage that says so otherwise. */
 static int check_listed(const char *dir, const char *label, const llmt_manifest *m,
                         const llmt_manifest_file *f, int what, int shard)
 {
     if (!m->per_node || !on_another_node(dir, f))
         return check_file(dir, label, f, hashed(what, m, f));
-    if (shard && what == LLMT_CKPT_CHECK_UNREAD)
+    if ((shard && what == LLMT_CKPT_CHECK_UNREAD) || what == LLMT_CKPT_CHECK_NODE_COPY)
         return LLMT_OK;
     return llmt_fail(LLMT_ECORRUPT, "%s: file %s: not in this directory, one node's copy of a "
                      "checkpoint saved with a fast tier local to each node (the file is in "

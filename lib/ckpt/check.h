@@ -39,6 +39,10 @@ enum {
      * tier's copy (llmt_manifest.per_node) a missing shard file is passed
      * over: it is on another node, and the ranks that read it find out. */
     LLMT_CKPT_CHECK_UNREAD = 2,
+    /* As LLMT_CKPT_CHECK_ALL, but in a per-node fast tier's copy any listed
+     * file that is missing is passed over (another node's): whether the
+     * files this copy holds are intact. */
+    LLMT_CKPT_CHECK_NODE_COPY = 3,
 };
 
 /* Checks checkpoint directory dir: the manifest (as above), then what

@@ -611,24 +611,29 @@ static int set_aside(llmt_ckpt_store *s, int tier, int64_t step)
 
 /* After checkpoint step of tier failed verification (why: its message):
  * LLMT_ESTATE when it is one node's copy of a checkpoint saved with a fast
- * tier local to each node that passes the cheap checks (a data-parallel
- * resume with the ranks on the nodes that saved it may load it). */
+ * tier local to each node whose files are intact (a data-parallel resume
+ * with the ranks on the nodes that saved it may load it); LLMT_OK when it
+ * is damaged (to set aside); LLMT_ENOTFOUND when it went away meanwhile;
+ * any other status when that could not be told. */
 static int node_copy(const llmt_ckpt_store *s, int tier, int64_t step, const char *fn,
                      const char *why)
 {
     char *dir = llmt_ckpt_file(s, tier, step, NULL);
+    if (!dir)
+        return llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
     llmt_manifest mf;
-    int copy = dir && llmt_ckpt_check_dir(dir, "checkpoint", step, LLMT_CKPT_CHECK_UNREAD,
-                                          &mf) == LLMT_OK;
-    if (copy) {
-        copy = mf.per_node;
+    int rc = llmt_ckpt_check_dir(dir, "checkpoint", step, LLMT_CKPT_CHECK_NODE_COPY, &mf);
+    int copy = !rc && mf.per_node;
+    if (!rc)
         llmt_manifest_clear(&mf);
-    }
-    int rc = copy ? llmt_fail(LLMT_ESTATE, "%s: %s is one node's copy of a checkpoint saved "
-                              "with a fast tier local to each node (%s): a data-parallel resume "
-                              "with the ranks on the nodes that saved it may load it, so it is "
-                              "not set aside (resume it, or remove it by hand)", fn, dir, why)
-                  : LLMT_OK;
+    if (copy)
+        rc = llmt_fail(LLMT_ESTATE, "%s: %s: %s; its own files are intact, and a data-parallel "
+                       "resume with the ranks on the nodes that saved it may load it, so it is "
+                       "not set aside (resume it, or remove it by hand)", fn, dir, why);
+    else if (rc == LLMT_ECORRUPT || !rc)
+        rc = LLMT_OK; /* damaged: set aside */
+    else if (rc != LLMT_ENOTFOUND)
+        llmt_fail_prefix(rc, "%s: cannot tell whether a checkpoint is usable", fn);
     free(dir);
     return rc;
 }
@@ -668,10 +673,13 @@ int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *s, size_t *count, char *notes, 
         for (size_t k = 0; k < n[t] && !rc; k++) {
             int v = verify(s, steps[t][k], t);
             if (v == LLMT_ECORRUPT) {
-                damaged *d = &bad[n_bad++];
+                damaged *d = &bad[n_bad];
                 *d = (damaged){t, steps[t][k], ""};
                 snprintf(d->why, sizeof d->why, "%s", llmt_error_last());
                 rc = node_copy(s, t, d->step, fn, d->why);
+                n_bad += rc == LLMT_OK;
+                if (rc == LLMT_ENOTFOUND) /* gone meanwhile: nothing to set aside */
+                    rc = LLMT_OK;
             } else if (v && v != LLMT_ENOTFOUND) { /* gone meanwhile: nothing to set aside */
                 rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
             }

@@ -21,7 +21,7 @@
 
 /* What rank 0 tells the others about its fast tier. */
 typedef struct fast_tier {
-    int64_t has, keep;
+    int64_t has;
     uint64_t nonce; /* names this probe's directory */
     char path[PATH_CAP];
 } fast_tier;
@@ -134,7 +134,6 @@ int llmt_dist_fast_layout(llmt_trainer *tr)
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
         msg->has = 1;
-        msg->keep = s->keep[LLMT_CKPT_FAST];
         msg->nonce = ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec) ^
                      ((uint64_t)getpid() << 40);
         if (strlen(s->dir[LLMT_CKPT_FAST]) >= sizeof msg->path - 64)
@@ -155,8 +154,7 @@ int llmt_dist_fast_layout(llmt_trainer *tr)
     }
     if (!rc && f->per_node && f->leader && me != ROOT) {
         llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
-        sc.keep = (int32_t)msg->keep;
-        sc.sync = 0; /* as rank 0's fast tier */
+        sc.sync = 0; /* as rank 0's fast tier (its rotation: llmt_dist_fast_rotate_nodes) */
         rc = llmt_ckpt_store_open(&f->store, tr->ctx, msg->path, &sc);
         if (rc)
             llmt_fail_prefix(rc, "the fast checkpoint directory of this rank's node");

@@ -19,10 +19,11 @@
 /* What this rank learnt of the fast tier (the trainer's dist_fast). */
 typedef struct llmt_dist_fast {
     int per_node;  /* the ranks see more than one directory under the path */
-    int leader;    /* this rank makes, commits and rotates its node's copy */
+    int leader;    /* this rank makes and commits its node's copy, and deletes old ones */
     int32_t nodes; /* directories seen (1 when shared, or no fast tier) */
     /* A leader other than rank 0: its node's directory as the store's
-     * tier 0 (locked, cleaned at open, rotated to rank 0's fast keep). */
+     * tier 0 (locked, cleaned at open; its copies deleted as rank 0's are:
+     * llmt_dist_fast_rotate_nodes). */
     llmt_ckpt_store *store;
 } llmt_dist_fast;
 

@@ -206,12 +206,6 @@ static int agree_damage_first(llmt_trainer *tr, int rc)
     return llmt_dist_agree(c, rc == LLMT_ECORRUPT ? llmt_fail(rc, "%s", why) : LLMT_OK);
 }
 
-/* Once rank 0 sent the candidate (pos, first half; sr: rank 0's search,
- * NULL elsewhere): this rank's range of the optimizer state read while rank
- * 0 loads the rest; then the weights and the position from rank 0. The
- * status is agreed: a rank that found damage makes it LLMT_ECORRUPT on
- * every rank, its message (naming the rank, the path and the file) passed
- * on. */
 /* Whether this rank can load its part of the candidate in pos, checked
  * before anything is loaded: it sees the checkpoint's directory (the
  * durable one is shared; a fast one may be local to each node); and in one
@@ -249,12 +243,18 @@ static int can_load_here(const llmt_optimizer *o, const position *pos)
     return rc;
 }
 
+/* Once rank 0 sent the candidate (pos, first half; sr: rank 0's search,
+ * NULL elsewhere): this rank's range of the optimizer state read while rank
+ * 0 loads the rest; then the weights and the position from rank 0. The
+ * status is agreed: a rank that found damage makes it LLMT_ECORRUPT on
+ * every rank, its message (naming the rank, the path and the file) passed
+ * on. */
 static int load_everywhere(llmt_trainer *tr, position *pos, search *sr)
 {
     llmt_optimizer *o = tr->parts.optimizer;
     llmt_model *m = tr->parts.model;
     llmt_comm *c = o->comm;
-    LLMT_TRY(llmt_dist_agree(c, can_load_here(o, pos)));
+    LLMT_TRY(agree_damage_first(tr, can_load_here(o, pos)));
     range_read rr; /* rank 0 too: two streams read faster than one after the other */
     range_read_start(&rr, o, pos);
     int rc = llmt_dist_agree(c, sr ? root_load(sr) : LLMT_OK);

@@ -37,9 +37,9 @@
  *   - Node B's fast path a plain file: the resume falls back to the durable
  *     step 4, and the first fast save fails, leaving no mark of the ranks'
  *     probe of the directories on node A.
- *   - llmt_ckpt_set_aside_invalid (llmt-train --start-over) over rank 0's
- *     store refuses to set aside node A's copies (LLMT_ESTATE), renaming
- *     nothing.
+ *   - llmt_ckpt_set_aside_invalid (llmt-train --start-over) refuses to set
+ *     aside either node's intact copies (LLMT_ESTATE), renaming nothing, and
+ *     sets them aside once damaged.
  *
  * Usage: mpiexec -n 4 test_ckpt_node_tier DIR (an absolute path). */
 #include <dirent.h>
@@ -478,31 +478,59 @@ static void test_blocked_node(const char *dir, llmt_comm *comm)
     }
 }
 
-/* llmt_ckpt_set_aside_invalid over node A's copies (of case "files"). */
-static void test_no_set_aside(const char *dir)
+/* llmt_ckpt_set_aside_invalid over a store whose fast tier is node's copy
+ * of case "aside" (durable: an empty directory): its status, *n the count
+ * set aside; want_same: the fast tier's entries must be unchanged. */
+static int set_aside_in(const char *dir, char node, size_t *n, int want_same)
 {
-    copy_case(dir, "aside");
-    if (rank != 0)
-        return;
-    char path[900], fast[900], before[1024], after[1024];
-    snprintf(path, sizeof path, "%s/aside/none", dir);
-    sh("mkdir '%s'%s", path, ""); /* a durable tier without checkpoints */
-    snprintf(fast, sizeof fast, "%s/aside/A/fast", dir);
+    char none[900], fast[900], before[1024], after[1024];
+    snprintf(none, sizeof none, "%s/aside/none", dir);
+    snprintf(fast, sizeof fast, "%s/aside/%c/fast", dir, node);
+    sh("mkdir -p '%s'%s", none, "");
     entries(fast, before, sizeof before);
     llmt_context *ctx = NULL;
     llmt_ckpt_store *s = NULL;
     llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
     sc.fast_dir = fast;
     must(llmt_context_create(&ctx, NULL), "context");
-    must(llmt_ckpt_store_open(&s, ctx, path, &sc), path);
-    size_t n = 99;
-    int rc = llmt_ckpt_set_aside_invalid(s, &n, NULL, 0);
-    EXPECT(rc == LLMT_ESTATE && strstr(llmt_error_last(), "one node's copy") && n == 0,
-           "set aside: status %d, %zu set aside: %s", rc, n, llmt_error_last());
+    must(llmt_ckpt_store_open(&s, ctx, none, &sc), none);
+    *n = 99;
+    int rc = llmt_ckpt_set_aside_invalid(s, n, NULL, 0);
+    char why[2048];
+    snprintf(why, sizeof why, "%s", llmt_error_last());
     llmt_ckpt_store_free(s);
     llmt_context_free(ctx);
     entries(fast, after, sizeof after);
-    EXPECT(!strcmp(before, after), "set aside changed node A's fast tier:\n%s", after);
+    EXPECT(!want_same || !strcmp(before, after), "set aside changed node %c's fast tier:\n%s",
+           node, after);
+    llmt_error_set(rc, why);
+    return rc;
+}
+
+/* llmt_ckpt_set_aside_invalid (llmt-train --start-over) over each node's
+ * copies: refused, renaming nothing, while a copy's own files are intact
+ * (node B's hold no weights); set aside once they are damaged. */
+static void test_no_set_aside(const char *dir)
+{
+    copy_case(dir, "aside");
+    if (rank != 0)
+        return;
+    size_t n = 0;
+    for (char node = 'A'; node <= 'B'; node++) {
+        int rc = set_aside_in(dir, node, &n, 1);
+        EXPECT(rc == LLMT_ESTATE && strstr(llmt_error_last(), "its own files are intact") && !n,
+               "set aside on node %c: status %d, %zu set aside: %s", node, rc, n,
+               llmt_error_last());
+    }
+    char path[900];
+    for (int step = 4; step <= SAVED; step += 2) { /* a byte of each copy of node B changed */
+        snprintf(path, sizeof path, "%s/aside/B/fast/step-%08d", dir, step);
+        sh("printf x | dd of='%s/%s' bs=1 seek=9000 conv=notrunc 2>/dev/null", path,
+           "optimizer-00004-of-00004.safetensors");
+    }
+    int rc = set_aside_in(dir, 'B', &n, 0);
+    EXPECT(rc == LLMT_OK && n == 2, "set aside damaged copies on node B: status %d, %zu set "
+           "aside: %s", rc, n, llmt_error_last());
 }
 
 int main(int argc, char **argv)

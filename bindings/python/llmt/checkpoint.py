@@ -124,7 +124,10 @@ class CheckpointStore(Handle):
         """Renames every checkpoint that does not verify (damage, not a failed
         read) to step-N.refused-XXXXXX, where nothing takes it for a
         checkpoint; returns SetAside(count, notes): how many, and one line
-        per checkpoint set aside, with why."""
+        per checkpoint set aside, with why. Every checkpoint is judged first:
+        when one is a node's intact copy of a checkpoint saved with a fast
+        tier local to each node (a data-parallel resume may load it), nothing
+        is renamed and StateError names it."""
         # The library cannot be asked for the size first (the call acts), so
         # the buffer holds a note for every checkpoint there is: the store
         # holds the lock, so none appears meanwhile.
