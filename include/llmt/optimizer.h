@@ -106,8 +106,9 @@ typedef enum llmt_reduce_mode {
  * all-gathers the weights. Collective: every rank calls it; the ranks'
  * model configurations, precision and weights must agree (LLMT_ECOMM naming
  * what differs). comm must outlive the optimizer. Errors as
- * llmt_optimizer_create, and LLMT_EUNSUPPORTED when the backend cannot
- * exchange host memory. */
+ * llmt_optimizer_create, and LLMT_EUNSUPPORTED when comm does not move
+ * the memory the model is in (a CUDA model needs an NCCL communicator,
+ * llmt_comm_create_nccl; a CPU model a host one) or cfg asks for offload. */
 LLMT_API int llmt_optimizer_create_sharded(llmt_optimizer **out, llmt_model *model,
                                            const llmt_optimizer_config *cfg, llmt_comm *comm,
                                            int32_t reduce_mode);

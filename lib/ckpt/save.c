@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "util/fsutil.h"
+#include "ckpt/device_fill.h"
 #include "ckpt/shards.h"
 #include "ckpt/store_internal.h"
 #include "core/context_internal.h"
@@ -20,19 +21,6 @@
 /* The optimizer's state tensors, in file order: name suffixes. */
 static const char *const state_suffix[3] = {".exp_avg", ".exp_avg_sq", ".master"};
 
-/* Device bytes of one tensor, for backends whose memory the host cannot
- * read: copied to the writer's buffer range by range. */
-typedef struct device_src {
-    const llmt_model *m;
-    const char *base; /* device address of the tensor's first byte */
-} device_src;
-
-static int fill_from_device(void *user, size_t ti, size_t off, void *dst, size_t bytes)
-{
-    const device_src *src = (const device_src *)user + ti;
-    return src->m->ops->copy_to_host(src->m->dev, dst, src->base + off, bytes);
-}
-
 /* Fills the tensor table of one file: entry i is parameter i % n_params of
  * section i / n_params, whose bytes start at bases[section] + offset, or
  * where the optimizer `placed` keeps them (its host or device segment) when
@@ -40,7 +28,7 @@ static int fill_from_device(void *user, size_t ti, size_t off, void *dst, size_t
 static int build_tensors(const llmt_model *m, int sections, const char *const *bases,
                          const llmt_optimizer *placed, const int *dtypes,
                          const char *const *suffixes, int host, char **names_at,
-                         llmt_st_write_tensor *t, device_src *src)
+                         llmt_st_write_tensor *t, llmt_ckpt_device_src *src)
 {
     for (int sec = 0; sec < sections; sec++)
         for (int32_t i = 0; i < m->n_params; i++) {
@@ -60,9 +48,9 @@ static int build_tensors(const llmt_model *m, int sections, const char *const *b
             if (host) {
                 x->data = at;
             } else {
-                x->fill = fill_from_device;
+                x->fill = llmt_ckpt_fill_from_device;
                 x->user = src;
-                src[sec * m->n_params + i] = (device_src){m, at};
+                src[sec * m->n_params + i] = (llmt_ckpt_device_src){m, at};
             }
         }
     return LLMT_OK;
@@ -177,8 +165,9 @@ int llmt_ckpt_snapshot(llmt_ckpt_store *s, const llmt_train_state *st, int tier,
     snap->model_tensors = calloc(np, sizeof *snap->model_tensors);
     snap->opt_tensors = sections ? calloc((size_t)sections * np, sizeof *snap->opt_tensors) : NULL;
     int host = staging || m->ops->host_memory;
-    device_src *msrc = host ? NULL : calloc(np, sizeof *msrc);
-    device_src *osrc = host || !sections ? NULL : calloc((size_t)sections * np, sizeof *osrc);
+    llmt_ckpt_device_src *msrc = host ? NULL : calloc(np, sizeof *msrc);
+    llmt_ckpt_device_src *osrc =
+        host || !sections ? NULL : calloc((size_t)sections * np, sizeof *osrc);
     int rc = LLMT_OK;
     if (!snap->names || !snap->model_tensors || (sections && !snap->opt_tensors) ||
         (!host && (!msrc || (sections && !osrc)))) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "ckpt/device_fill.h"
 #include "ckpt/shards.h"
 #include "core/error.h"
 #include "model/model_internal.h"
@@ -58,10 +59,16 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
     out->first = o->first;
     out->end = o->end;
     llmt_st_write_tensor t[3];
+    llmt_ckpt_device_src src[3];
     memset(t, 0, sizeof t);
     int n = sections_of(o);
     /* Whole in m, v and master: a sharded optimizer is never offloaded, and
-     * an async save's staged copy holds both segments there (split = first). */
+     * an async save's staged copy holds both segments there (split = first).
+     * Those are the backend's memory: read in place where it is host memory,
+     * else copied from the device as the file is written (an async save
+     * stages host copies only on backends whose memory is host memory:
+     * lib/train/dist_ckpt_async.c). */
+    const int on_host = o->model->ops->host_memory;
     for (int sec = 0; sec < n; sec++) {
         const llmt_buf *host, *b;
         llmt_offload_section(o, sec, &host, &b);
@@ -69,7 +76,13 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
         t[sec].dtype = section_dtype(o, sec);
         t[sec].ndim = 1;
         t[sec].shape[0] = (uint64_t)(o->end - o->first);
-        t[sec].data = b->ptr ? b->ptr : &empty;
+        if (on_host || !b->ptr) {
+            t[sec].data = b->ptr ? b->ptr : &empty;
+        } else {
+            src[sec] = (llmt_ckpt_device_src){o->model, b->ptr};
+            t[sec].fill = llmt_ckpt_fill_from_device;
+            t[sec].user = src;
+        }
     }
     char first[24], end[24], ranks[24], elements[24];
     snprintf(first, sizeof first, "%" PRId64, o->first);
@@ -279,17 +292,42 @@ static int read_shard(const char *dir, const llmt_manifest_shard *sh, uint64_t c
     return rc;
 }
 
+/* Bytes of optimizer.safetensors read at once into the host bounce buffer
+ * on the way to device memory (format 1 on a backend whose memory is not
+ * host memory). */
+#define V1_BOUNCE ((size_t)4 << 20)
+
+/* Bytes [off, off + bytes) of tensor idx of st into dst: straight there
+ * when dst is host memory (on_host), else through bounce (V1_BOUNCE bytes)
+ * into the device memory of m. */
+static int read_slice(llmt_st_file *st, size_t idx, size_t off, char *dst, size_t bytes,
+                      const llmt_model *m, int on_host, char *bounce)
+{
+    if (on_host)
+        return llmt_st_read(st, idx, off, dst, bytes);
+    for (size_t done = 0; done < bytes;) {
+        size_t take = bytes - done < V1_BOUNCE ? bytes - done : V1_BOUNCE;
+        LLMT_TRY(llmt_st_read(st, idx, off + done, bounce, take));
+        LLMT_TRY(m->ops->copy_to_device(m->dev, dst + done, bounce, take));
+        done += take;
+    }
+    return LLMT_OK;
+}
+
 /* Format 1: o's range of each section from optimizer.safetensors, tensor
- * by tensor (each parameter's overlap with the range). */
+ * by tensor (each parameter's overlap with the range), into the host
+ * segment [first, split) and the device segment [split, end). */
 static int read_v1(const char *dir, llmt_optimizer *o)
 {
     const llmt_model *m = o->model;
-    if (!m->ops->host_memory)
-        return llmt_fail(LLMT_EUNSUPPORTED, "a range of optimizer.safetensors is read into host "
-                         "memory only");
     char *path = path_of(dir, CKPT_OPTIMIZER_FILE);
+    char *bounce = NULL;
     llmt_st_file *st = NULL;
-    int rc = path ? llmt_st_open(path, NULL, &st) : LLMT_ENOMEM;
+    int rc = path ? LLMT_OK : LLMT_ENOMEM;
+    if (!rc && !m->ops->host_memory && !(bounce = malloc(V1_BOUNCE)))
+        rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory for a read buffer", CKPT_OPTIMIZER_FILE);
+    if (!rc)
+        rc = llmt_st_open(path, NULL, &st);
     for (int sec = 0; sec < sections_of(o) && !rc; sec++) {
         size_t es = llmt_dtype_size(section_dtype(o, sec));
         for (int32_t i = 0; i < m->n_params && !rc; i++) {
@@ -309,16 +347,18 @@ static int read_v1(const char *dir, llmt_optimizer *o)
                          (uint64_t)p->numel * es)
                 rc = llmt_fail(LLMT_EINVAL, "file %s: tensor \"%s\" has another dtype or size "
                                "than this optimizer's", CKPT_OPTIMIZER_FILE, name);
-            for (int64_t e = a; e < b && !rc;) { /* host memory, across the split */
+            for (int64_t e = a; e < b && !rc;) { /* across the split */
                 int64_t at = 0, end = e < o->split && o->split < b ? o->split : b;
                 char *base = llmt_offload_state_base(o, sec, e, &at);
-                rc = llmt_st_read(st, idx, (size_t)(e - p->offset) * es, base + (size_t)at * es,
-                                  (size_t)(end - e) * es);
+                rc = read_slice(st, idx, (size_t)(e - p->offset) * es, base + (size_t)at * es,
+                                (size_t)(end - e) * es, m, e < o->split || m->ops->host_memory,
+                                bounce);
                 e = end;
             }
         }
     }
     llmt_st_close(st);
+    free(bounce);
     free(path);
     return rc;
 }

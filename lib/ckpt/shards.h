@@ -13,8 +13,10 @@
  * exp_avg_sq, master when present: 1-D tensors) into dir as rank's file of
  * a save of size ranks, fsynced when sync, and describes it in *out (name,
  * bytes, XXH3-64, range and chunk checksums: the file is read back once to
- * compute those). o's buffers are host memory. Release *out's chunks with
- * free. No lock is taken: the caller's rank 0 holds the store's. */
+ * compute those). o's buffers are the backend's memory (on a backend whose
+ * memory is not host memory, copied from the device as the file is
+ * written). Release *out's chunks with free. No lock is taken: the
+ * caller's rank 0 holds the store's. */
 int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank, int32_t size,
                           int sync, llmt_manifest_shard *out);
 
@@ -23,10 +25,11 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
  * that overlap the range (format 2), checking the file's size and the
  * chunk checksum of every chunk it reads before using a byte of it (the
  * header's chunks before parsing it), or, for format 1, from slices of
- * optimizer.safetensors (host memory only; that file is checked whole by
- * the caller first: llmt_ckpt_latest, or LLMT_CKPT_CHECK_UNREAD on rank 0
- * of a data-parallel resume). No byte goes unchecked that a caller uses;
- * the chunks of a file no rank's range overlaps are not read. Damage is
+ * optimizer.safetensors (that file is checked whole by the caller first:
+ * llmt_ckpt_latest, or LLMT_CKPT_CHECK_UNREAD on rank 0 of a data-parallel
+ * resume); device memory is filled through a host buffer. No byte goes
+ * unchecked that a caller uses; the chunks of a file no rank's range
+ * overlaps are not read. Damage is
  * LLMT_ECORRUPT naming the file; an optimizer of another precision than the
  * checkpoint's LLMT_EINVAL. o->cfg and o->steps are left to the caller. */
 int llmt_ckpt_shard_read(const char *dir, const llmt_manifest *mf, llmt_optimizer *o);

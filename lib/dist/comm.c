@@ -156,11 +156,11 @@ int llmt_comm_create(llmt_comm **out, const llmt_comm_ops *ops)
                         : !ops->barrier ? "barrier" : NULL;
     if (missing)
         return llmt_fail(LLMT_EINVAL, "%s: ops->%s is NULL", fn, missing);
-    return llmt_comm_adopt(out, ops, NULL, 0);
+    return llmt_comm_adopt(out, ops, NULL, NULL);
 }
 
 int llmt_comm_adopt(llmt_comm **out, const llmt_comm_ops *ops, void (*engine_free)(void *user),
-                    int device_memory)
+                    const struct llmt_device *device)
 {
     llmt_comm *c = calloc(1, sizeof *c);
     if (!c) {
@@ -170,7 +170,7 @@ int llmt_comm_adopt(llmt_comm **out, const llmt_comm_ops *ops, void (*engine_fre
     }
     c->ops = *ops;
     c->engine_free = engine_free;
-    c->device_memory = device_memory;
+    c->device = device;
     c->counts = calloc((size_t)ops->size * 4, sizeof *c->counts);
     c->values = calloc((size_t)ops->size, sizeof *c->values);
     int rc = !c->counts || !c->values

@@ -23,16 +23,17 @@ struct llmt_comm {
      * with the communicator; such an engine sets llmt_error_last() itself
      * when a collective fails. NULL for a host's table. */
     void (*engine_free)(void *user);
-    /* The collectives take device memory of one CUDA context (NCCL) rather
-     * than host memory; host buffers still work, staged by the engine. */
-    int device_memory;
+    /* The device whose memory the collectives take, on its context's
+     * stream (NCCL: the context it was made on); host buffers still work,
+     * staged by the engine. NULL: host memory (a host's table). */
+    const struct llmt_device *device;
 };
 
 /* Makes the communicator over a checked table: runs the membership check
  * (collective) and, on any failure, releases the engine with engine_free
  * (may be NULL) before returning. */
 int llmt_comm_adopt(llmt_comm **out, const llmt_comm_ops *ops, void (*engine_free)(void *user),
-                    int device_memory);
+                    const struct llmt_device *device);
 
 /* Each wrapper calls the engine and turns its failure into LLMT_ECOMM
  * naming `what` and this rank; counts at or over LLMT_COMM_CALL_MAX are a

@@ -61,6 +61,6 @@ int llmt_comm_create_nccl(llmt_comm **out, llmt_context *ctx,
     int rc = api->create(ctx->backend, id, rank, size, &ops);
     if (rc)
         return llmt_fail_prefix(rc, "%s", fn);
-    rc = llmt_comm_adopt(out, &ops, api->destroy, 1);
+    rc = llmt_comm_adopt(out, &ops, api->destroy, ctx->backend);
     return rc ? llmt_fail_prefix(rc, "%s", fn) : LLMT_OK;
 }

@@ -1,7 +1,14 @@
 /* ZeRO-1: an optimizer that owns one range of the flat parameter buffer.
  * Gradients reach their owner through the communicator, the owner adds the
  * contributions in a fixed order, updates its range, and the ranges are
- * all-gathered back into every rank's weights. */
+ * all-gathered back into every rank's weights.
+ *
+ * The model's weights and gradients, grad_sum and recv are the backend's
+ * memory (device memory on CUDA, which the communicator then moves: NCCL):
+ * the host never dereferences them, it only hands them to backend ops and
+ * collectives, or copies them (ops->copy_to_host). What the host reads is
+ * host memory on every backend: the norm's partials and counts, which an
+ * NCCL engine stages through device memory. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,9 +22,36 @@
 #include "model/transfer.h"
 #include "optim/optim_internal.h"
 
+/* Bytes of the weights hashed per copy to the host where the backend's
+ * memory is not host memory. */
+#define HASH_CHUNK ((size_t)16 << 20)
+
+/* Feeds the model's weights to h: in place where they are host memory,
+ * else copied to the host HASH_CHUNK bytes at a time. */
+static int hash_weights(XXH3_state_t *h, const llmt_model *m)
+{
+    if (m->ops->host_memory) {
+        XXH3_64bits_update(h, m->weights.ptr, m->weights.bytes);
+        return LLMT_OK;
+    }
+    size_t cap = m->weights.bytes < HASH_CHUNK ? m->weights.bytes : HASH_CHUNK;
+    char *buf = malloc(cap ? cap : 1);
+    if (!buf)
+        return llmt_fail(LLMT_ENOMEM, "llmt_optimizer_create_sharded: out of host memory");
+    int rc = LLMT_OK;
+    for (size_t at = 0; at < m->weights.bytes && !rc; at += cap) {
+        size_t take = m->weights.bytes - at < cap ? m->weights.bytes - at : cap;
+        rc = m->ops->copy_to_host(m->dev, buf, (const char *)m->weights.ptr + at, take);
+        if (!rc)
+            XXH3_64bits_update(h, buf, take);
+    }
+    free(buf);
+    return rc;
+}
+
 /* A hash of what every rank must agree on before the first exchange: the
  * model's shape, dtype and weights, and the optimizer's configuration. */
-static uint64_t agreement_hash(const llmt_optimizer *o, int32_t reduce_mode)
+static int agreement_hash(const llmt_optimizer *o, int32_t reduce_mode, uint64_t *out)
 {
     const llmt_model *m = o->model;
     const llmt_optimizer_config *c = &o->cfg;
@@ -28,15 +62,15 @@ static uint64_t agreement_hash(const llmt_optimizer *o, int32_t reduce_mode)
                          (double)reduce_mode};
     XXH3_state_t *h = XXH3_createState();
     if (!h)
-        return 0;
+        return llmt_fail(LLMT_ENOMEM, "llmt_optimizer_create_sharded: out of host memory");
     XXH3_64bits_reset(h);
     XXH3_64bits_update(h, settings, sizeof settings);
     for (int32_t i = 0; i < m->n_params; i++)
         XXH3_64bits_update(h, m->params[i].name, strlen(m->params[i].name));
-    XXH3_64bits_update(h, m->weights.ptr, m->weights.bytes);
-    uint64_t v = XXH3_64bits_digest(h);
+    int rc = hash_weights(h, m);
+    *out = XXH3_64bits_digest(h);
     XXH3_freeState(h);
-    return v;
+    return rc;
 }
 
 /* Fills the ranks' element and granule bounds and allocates this rank's
@@ -68,26 +102,40 @@ static int setup(llmt_optimizer *o, llmt_comm *comm, int32_t reduce_mode)
                           "gradient exchange buffer");
 }
 
-/* The checks one rank can make alone; their outcome is agreed. */
+/* The checks one rank can make alone; their outcome is agreed. The
+ * communicator must move the memory the model's buffers are in: host
+ * memory (a host table, MPI) for the CPU backend, device memory (NCCL) for
+ * a backend whose memory the host cannot read (CUDA). */
 static int check_sharded(const char *fn, llmt_model *model, const llmt_optimizer_config *cfg,
                          llmt_comm *comm, int32_t reduce_mode)
 {
     if (!model || !cfg)
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, !model ? "model" : "cfg");
-    if (comm->device_memory)
-        return llmt_fail(LLMT_EUNSUPPORTED, "%s: comm is an NCCL communicator on device "
-                         "memory, and data-parallel training on the CUDA backend is not "
-                         "implemented yet", fn);
     if (reduce_mode != LLMT_REDUCE_DETERMINISTIC && reduce_mode != LLMT_REDUCE_FAST)
         return llmt_fail(LLMT_EINVAL, "%s: reduce_mode = %d is not an llmt_reduce_mode", fn,
                          reduce_mode);
     LLMT_TRY(llmt_optimizer_config_check(cfg, fn));
     const llmt_backend_ops *ops = model->ops;
-    if (!ops->adamw || !ops->cast || !ops->accumulate || !ops->grad_stats_blocks ||
-        !ops->host_memory)
+    if (!ops->adamw || !ops->cast || !ops->accumulate || !ops->grad_stats_blocks)
         return llmt_fail(LLMT_EUNSUPPORTED, "%s: the %s backend cannot shard the optimizer (it "
-                         "needs blocked gradient statistics and host-memory buffers)", fn,
+                         "needs blocked gradient statistics and an fp32 accumulate)", fn,
                          ops->name);
+    if (comm->device && ops->host_memory)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: comm is an NCCL communicator, which moves CUDA "
+                         "device memory, but the model is on the %s backend, whose buffers are "
+                         "host memory: use a host communicator (llmt_comm_mpi_create or "
+                         "llmt_comm_create)", fn, ops->name);
+    if (!comm->device && !ops->host_memory)
+        return llmt_fail(LLMT_EUNSUPPORTED, "%s: the model is on the %s backend, whose buffers "
+                         "are device memory, but comm moves host memory (a host table such as "
+                         "MPI's): use an NCCL communicator on the model's context "
+                         "(llmt_comm_create_nccl)", fn, ops->name);
+    /* Its collectives run on its context's stream, which waits for nothing
+     * on another context's: the model's kernels must be on the same one. */
+    if (comm->device && comm->device != model->dev)
+        return llmt_fail(LLMT_EINVAL, "%s: comm was made on another context than the model's "
+                         "(its collectives would not wait for the model's kernels): make the "
+                         "NCCL communicator on the model's context", fn);
     return LLMT_OK;
 }
 
@@ -110,8 +158,11 @@ int llmt_optimizer_create_sharded(llmt_optimizer **out, llmt_model *model,
     }
     o->model = model;
     llmt_optimizer_config_copy(&o->cfg, cfg);
-    rc = llmt_comm_check_same(comm, "the model (configuration and weights), the optimizer "
-                              "configuration or the reduce mode", agreement_hash(o, reduce_mode));
+    uint64_t hash = 0;
+    rc = llmt_comm_agree(comm, agreement_hash(o, reduce_mode, &hash));
+    if (!rc)
+        rc = llmt_comm_check_same(comm, "the model (configuration and weights), the optimizer "
+                                  "configuration or the reduce mode", hash);
     if (!rc)
         rc = llmt_comm_agree(comm, setup(o, comm, reduce_mode));
     if (rc) {

@@ -7,12 +7,16 @@
 #
 # It checks the kernels' logic: indexing, masks, tiling, block-uniform
 # barriers, reductions and their determinism, the scratch layouts and the
-# host code around the launches. It does not check what only a GPU shows:
+# host code around the launches. Where CMake found MPI it then runs
+# test_dp_cuda at 2 and 3 ranks: data-parallel training with the sharded
+# optimizer on the emulated backend, over an MPI communicator flagged as
+# moving device memory (everything but NCCL's transport; the test's header
+# says how). It does not check what only a GPU shows:
 # cuBLASLt (the GEMM is a plain loop here), races between warps that the
 # emulator's block-wide barriers hide, launch limits, or speed. Passing here
 # is not a GPU run; tests/gpu/run.sh is.
 #
-#   tests/gpu/emulate.sh [build-dir]      (default build/emu; about 4 minutes)
+#   tests/gpu/emulate.sh [build-dir]      (default build/emu; about 5 minutes)
 #
 # Needs nvcc's toolkit for its headers (the build is configured with
 # LLMT_CUDA=ON so that libllmt loads plugins).
@@ -23,7 +27,9 @@ cuda_home=${CUDA_HOME:-/usr/local/cuda}
 jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMT_CUDA=ON >/dev/null
-cmake --build "$build" -j"$jobs" --target test_ops test_accumulate test_cuda_model >/dev/null
+targets=(test_ops test_accumulate test_cuda_model)
+[ -d "$build/tests/mpi" ] && targets+=(test_dp_cuda) # configured where MPI was found
+cmake --build "$build" -j"$jobs" --target "${targets[@]}" >/dev/null
 
 obj="$build/emu"
 mkdir -p "$obj"
@@ -53,3 +59,15 @@ echo "== EMULATED on the CPU (not a GPU run): test_accumulate cuda =="
 "$build/tests/test_accumulate" cuda
 echo "== EMULATED on the CPU (not a GPU run): test_cuda_model =="
 "$build/tests/test_cuda_model"
+if [ ! -d "$build/tests/mpi" ]; then
+    echo "== test_dp_cuda not run: CMake found no MPI (Debian: openmpi-bin libopenmpi-dev) =="
+    exit 0
+fi
+# The MPI tests' environment (LLMT_MPI_TEST_ENV in CMakeLists.txt).
+mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+for np in 2 3; do
+    echo "== EMULATED on the CPU (not a GPU run): test_dp_cuda at $np ranks =="
+    env OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader \
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        timeout 600 "$mpiexec" -n "$np" "$build/tests/mpi/test_dp_cuda"
+done

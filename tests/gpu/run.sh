@@ -25,6 +25,9 @@
 #               all four precision modes
 #   nccl-world1 gpu_nccl_world1: an NCCL communicator of one rank, every
 #               collective on device buffers (tests/gpu/test_nccl_world1.c)
+#   nccl-sharded gpu_nccl_sharded: the sharded optimizer over that
+#               communicator takes bitwise the steps of an unsharded one
+#               (bf16_mixed; tests/gpu/test_nccl_sharded.c)
 #   memcheck    compute-sanitizer memcheck over the op tests (small shapes)
 #   bench       bench_gpu_step on the ~1B LLaMA, T=2048, BF16_MIXED
 #   torch       the same model and batch in PyTorch (torch_side_by_side.py)
@@ -312,6 +315,7 @@ gpu_stage model 200 ctest --test-dir "$build" -V --timeout 190 -R '^test_cuda_mo
 gpu_stage offload 90 env LLMT_CUDA_PLUGIN="$plugin" "$build/tests/test_cuda_model" \
     test_offload_same_bits
 gpu_stage nccl-world1 60 ctest --test-dir "$build" -V --timeout 50 -R '^gpu_nccl_world1$'
+gpu_stage nccl-sharded 60 ctest --test-dir "$build" -V --timeout 50 -R '^gpu_nccl_sharded$'
 
 sanitizer=$(command -v compute-sanitizer || echo "$toolkit/bin/compute-sanitizer")
 # shellcheck disable=SC2317
@@ -332,7 +336,7 @@ gpu_stage racecheck 120 bash -c 'sanitize racecheck --racecheck-report hazard'
 # the check of prepare.sh, which runs where the .debs are fetched. The
 # Python binding's tests run under /usr/bin/python3 (tests/CMakeLists.txt):
 # left out, and said so, only where that interpreter has no pytest.
-exclude='test_ops_cuda|test_cuda_model|gpu_nccl_world1|gpu_require_cuda|gpu_prepare_no_lists'
+exclude='test_ops_cuda|test_cuda_model|gpu_nccl_world1|gpu_nccl_sharded|gpu_require_cuda|gpu_prepare_no_lists'
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
     exclude+='|python_binding'
     stage_note="python_binding not run: /usr/bin/python3 has no pytest"

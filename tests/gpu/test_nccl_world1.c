@@ -4,9 +4,10 @@
  * buffers against what the host computes for one rank (each piece lands at
  * its offset, the rest of the buffer untouched; a reduction over one rank
  * is the rank's values), then host buffers through the engine's staging
- * (llmt_comm_check_same, llmt_comm_agree), an engine error passed on with
- * its message, and the sharded optimizer's refusal. Without a CUDA device
- * it exits 77 (skipped), or fails under LLMT_REQUIRE_CUDA=1. */
+ * (llmt_comm_check_same, llmt_comm_agree) and an engine error passed on
+ * with its message (the sharded optimizer over it: test_nccl_sharded.c).
+ * Without a CUDA device it exits 77 (skipped), or fails under
+ * LLMT_REQUIRE_CUDA=1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,28 +163,6 @@ static void test_host_buffers(void **state)
     assert_int_equal(llmt_comm_bytes_sent(g_comm) >= 0, 1);
 }
 
-static void test_sharded_refused(void **state)
-{
-    (void)state;
-    need_comm();
-    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
-    mc.vocab_size = 16;
-    mc.hidden_size = 64;
-    mc.num_layers = 1;
-    mc.num_heads = 1;
-    mc.num_kv_heads = 1;
-    mc.ffn_size = 32;
-    mc.max_seq_len = 8;
-    llmt_model *m = NULL;
-    check_ok(llmt_model_create(&m, g_ctx, &mc), "model");
-    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
-    llmt_optimizer *o = NULL;
-    assert_int_equal(llmt_optimizer_create_sharded(&o, m, &oc, g_comm, LLMT_REDUCE_DETERMINISTIC),
-                     LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "not implemented yet");
-    llmt_model_free(m);
-}
-
 int main(void)
 {
     llmt_context_config cfg = LLMT_CONTEXT_CONFIG_INIT;
@@ -210,7 +189,6 @@ int main(void)
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_allreduce_and_barrier),
         cmocka_unit_test(test_host_buffers),
-        cmocka_unit_test(test_sharded_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int have = g_comm != NULL;

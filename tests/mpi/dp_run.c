@@ -2,11 +2,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context_internal.h"
+#include "dist/comm_internal.h"
 #include "dp_run.h"
 
 int32_t layers = 2, micro = MICRO;
 const char *fast_dir;
 int64_t fast_every;
+int32_t backend = LLMT_BACKEND_CPU, heads = 4, kv_heads = 2;
+llmt_comm *device_comm;
 
 /* One shard of a learnable token stream (the same on every rank). */
 void write_shard(const char *dir)
@@ -35,13 +39,14 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
     cc.num_threads = 1;
     cc.seed = seed;
+    cc.backend = backend;
     must(llmt_context_create(&r->ctx, &cc), "context");
     llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
     mc.vocab_size = VOCAB;
     mc.hidden_size = 32;
     mc.num_layers = layers;
-    mc.num_heads = 4;
-    mc.num_kv_heads = 2;
+    mc.num_heads = heads;
+    mc.num_kv_heads = kv_heads;
     mc.ffn_size = 64;
     mc.max_seq_len = T;
     mc.precision = precision;
@@ -52,6 +57,8 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     oc.warmup_steps = 3;
     oc.total_steps = 40;
     oc.grad_clip = 0.5; /* clipping acts: the norm must agree too */
+    if (comm && comm == device_comm)
+        comm->device = r->ctx->backend;
     if (comm)
         must(llmt_optimizer_create_sharded(&r->opt, r->model, &oc, comm, reduce),
              "sharded optimizer");

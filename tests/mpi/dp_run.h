@@ -21,6 +21,18 @@ extern int32_t layers, micro;
 extern const char *fast_dir;
 extern int64_t fast_every;
 
+/* The backend of the next runs' contexts (an llmt_backend; LLMT_BACKEND_CPU
+ * unless a test sets it), and their attention heads and key/value heads
+ * (4 and 2 unless set; the hidden size is 32, and the CUDA kernels take
+ * heads of 32, 64 or 128 elements: 1 and 1 there). */
+extern int32_t backend, heads, kv_heads;
+
+/* A communicator standing in for an NCCL one on the CUDA emulator (whose
+ * device memory is host memory, which MPI moves), or NULL: run_open marks
+ * it as taking the device memory of each run's context, as an NCCL
+ * communicator made on that context would. */
+extern llmt_comm *device_comm;
+
 
 /* Writes dir/train_000000.bin: one shard of a learnable token stream. */
 void write_shard(const char *dir);

@@ -17,6 +17,7 @@
 
 #include "test_util.h"
 
+#include "core/context_internal.h"
 #include "core/error.h"
 #include "cuda_required.h"
 #include "dist/comm_internal.h"
@@ -197,7 +198,8 @@ static void test_owned_engine(void **state)
     fake_engine e = {0, 0};
     llmt_comm_ops ops = fake_ops(&e);
     llmt_comm *c = NULL;
-    assert_int_equal(llmt_comm_adopt(&c, &ops, fake_free, 1), LLMT_OK);
+    llmt_context *ctx = test_context(1, 1);
+    assert_int_equal(llmt_comm_adopt(&c, &ops, fake_free, ctx->backend), LLMT_OK);
     assert_int_equal(llmt_comm_size(c), 1);
     /* The engine's own message survives, with the rank and the operation. */
     e.fail_reduce = 1;
@@ -208,17 +210,18 @@ static void test_owned_engine(void **state)
     assert_int_equal(e.freed, 1);
     /* A failed membership check releases the engine too. */
     c = (llmt_comm *)&e;
-    expect(llmt_comm_adopt(&c, &ops, fake_free, 1), LLMT_ECOMM, "fake failure");
+    expect(llmt_comm_adopt(&c, &ops, fake_free, ctx->backend), LLMT_ECOMM, "fake failure");
     assert_int_equal(e.freed, 2);
     /* A host's table gets the library's message, and stays the host's. */
     fake_engine host_engine = {1, 0};
     llmt_comm_ops host_ops = fake_ops(&host_engine);
     expect(llmt_comm_create(&c, &host_ops), LLMT_ECOMM, "the communication engine failed");
     assert_int_equal(host_engine.freed, 0);
+    llmt_context_free(ctx);
 }
 
-/* The sharded optimizer takes host memory only: a device-memory
- * communicator is refused before anything is exchanged. */
+/* On the CPU backend the sharded optimizer refuses a device-memory
+ * communicator before anything is exchanged, saying what to use. */
 static void test_sharded_refuses_device_memory(void **state)
 {
     (void)state;
@@ -237,15 +240,17 @@ static void test_sharded_refuses_device_memory(void **state)
     fake_engine e = {0, 0};
     llmt_comm_ops ops = fake_ops(&e);
     llmt_comm *c = NULL;
-    assert_int_equal(llmt_comm_adopt(&c, &ops, fake_free, 1), LLMT_OK);
+    assert_int_equal(llmt_comm_adopt(&c, &ops, fake_free, ctx->backend), LLMT_OK);
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
     llmt_optimizer *o = NULL;
     expect(llmt_optimizer_create_sharded(&o, m, &oc, c, LLMT_REDUCE_DETERMINISTIC),
-           LLMT_EUNSUPPORTED, "data-parallel training on the CUDA backend is not implemented yet");
+           LLMT_EUNSUPPORTED, "llmt_optimizer_create_sharded: comm is an NCCL communicator, "
+           "which moves CUDA device memory, but the model is on the cpu backend, whose buffers "
+           "are host memory: use a host communicator (llmt_comm_mpi_create or llmt_comm_create)");
     assert_null(o);
     /* The same engine as a host-memory communicator is accepted. */
     llmt_comm_free(c);
-    assert_int_equal(llmt_comm_adopt(&c, &ops, fake_free, 0), LLMT_OK);
+    assert_int_equal(llmt_comm_adopt(&c, &ops, fake_free, NULL), LLMT_OK);
     if (llmt_optimizer_create_sharded(&o, m, &oc, c, LLMT_REDUCE_DETERMINISTIC))
         fail_msg("sharded over host memory: %s", llmt_error_last());
     llmt_optimizer_free(o);

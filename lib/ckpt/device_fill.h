@@ -1,0 +1,25 @@
+/* Writing tensors that live in device memory: a safetensors fill callback
+ * (llmt_st_fill_fn) that copies each range from the device, for backends
+ * whose memory the host cannot read. Shared by the single-file save
+ * (save.c) and the shard files of a sharded save (shards.c). */
+#ifndef LLMT_CKPT_DEVICE_FILL_H
+#define LLMT_CKPT_DEVICE_FILL_H
+
+#include <stddef.h>
+
+#include "model/model_internal.h"
+
+/* Where one tensor's bytes are: the model whose backend holds them, and the
+ * device address of the tensor's first byte. */
+typedef struct llmt_ckpt_device_src {
+    const llmt_model *m;
+    const char *base;
+} llmt_ckpt_device_src;
+
+/* llmt_st_fill_fn: user is an array of llmt_ckpt_device_src indexed by
+ * tensor index (entry ti describes tensor ti); copies bytes [off, off +
+ * bytes) of that tensor from the device into dst (ops->copy_to_host). Runs
+ * on the thread that writes the file. */
+int llmt_ckpt_fill_from_device(void *user, size_t ti, size_t off, void *dst, size_t bytes);
+
+#endif
