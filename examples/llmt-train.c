@@ -406,6 +406,21 @@ static int prepare_run_dir(const options *o, llmt_train_config *cfg, int *defaul
     return any_failed(bad, "preparing the run directory") ? -1 : 0;
 }
 
+/* Data-parallel on CUDA needs an NCCL communicator, which llmt-train does
+ * not make (it makes an MPI one): refused before anything is created, the
+ * same on every rank (they share the configuration). 0, or 1 reported. */
+static int check_backend_ranks(const llmt_train_config *cfg)
+{
+    if (L.world < 2 || cfg->backend != LLMT_BACKEND_CUDA)
+        return 0;
+    fprintf(stderr, PROG ": train.backend is cuda with %d ranks, but llmt-train trains "
+            "data-parallel on the cpu backend only: it makes an MPI communicator, and the "
+            "library's data-parallel training on CUDA takes an NCCL one, which llmt-train does "
+            "not make yet (docs/distributed.md); run one rank, or train.backend: cpu\n",
+            L.world);
+    return 1;
+}
+
 /* The run, once the launch is known; returns the exit status. */
 static int run(int argc, char **argv)
 {
@@ -416,6 +431,8 @@ static int run(int argc, char **argv)
         return rc == GO_ON ? 1 : rc;
     if (rc != GO_ON) /* --help, --version */
         return rc;
+    if (check_backend_ranks(&cfg))
+        return 2;
     int device = pick_device(&cfg);
     int default_fast_dir = 0;
     if (prepare_run_dir(&o, &cfg, &default_fast_dir))

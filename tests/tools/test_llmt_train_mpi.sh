@@ -14,7 +14,8 @@
 # torchrun-style WORLD_SIZE=2 (or Slurm's or PMI's variables) without an
 # MPI launch is refused with how to launch; errors are tagged with their rank;
 # SIGTERM reaching rank 1 alone stops both ranks after the same step with a
-# checkpoint; killing rank 1 ends the job within 60 s, naming the rank.
+# checkpoint; killing rank 1 ends the job within 60 s, naming the rank;
+# train.backend cuda with 2 ranks is refused before anything is made.
 # Either way: a launcher's variables that are not whole numbers in range
 # are refused (exit 2) and its own variables win over torchrun-style ones.
 # Built without MPI: a multi-rank environment is refused (exit 2).
@@ -181,6 +182,17 @@ grep -q "^rank 0: llmt-train: cannot create $tmp/file: it exists and is not a di
     fail "rank 0's error: $(cat "$tmp/err")"
 grep -q "^rank 1: llmt-train: preparing the run directory failed on another rank" "$tmp/err" ||
     fail "rank 1's error: $(cat "$tmp/err")"
+
+# Data-parallel on CUDA is refused before anything is made (llmt-train
+# makes no NCCL communicator), on every rank.
+rc=0
+"$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" --out "$tmp/cudadp" train.backend=cuda \
+    > /dev/null 2> "$tmp/err" || rc=$?
+refused $rc 2 "train.backend is cuda with 2 ranks, but llmt-train trains data-parallel on the cpu backend only" \
+    "CUDA under mpiexec -n 2"
+[ "$(grep -c "trains data-parallel on the cpu backend only" "$tmp/err")" -eq 2 ] ||
+    fail "CUDA under mpiexec -n 2: not refused on both ranks: $(cat "$tmp/err")"
+[ ! -e "$tmp/cudadp" ] || fail "the refused CUDA launch created --out"
 
 # The pid of rank 1 of the job writing into --out $1.
 rank1_pid() {
