@@ -29,6 +29,19 @@ void write_shard(const char *dir)
     must(llmt_shard_write(path, tokens, N, LLMT_SHARD_VERSION_U16), "shard write");
 }
 
+void dp_model_config(llmt_model_config *mc, int precision)
+{
+    llmt_model_config_init(mc);
+    mc->vocab_size = VOCAB;
+    mc->hidden_size = 32;
+    mc->num_layers = layers;
+    mc->num_heads = heads;
+    mc->num_kv_heads = kv_heads;
+    mc->ffn_size = 64;
+    mc->max_seq_len = T;
+    mc->precision = precision;
+}
+
 /* A run over dir's shard: sharded over comm (NULL: one process with an
  * ordered slicer); with ckpt_dir, rank 0 holds a store there (and the fast
  * tier fast_dir) and the run checkpoints every `every` steps (0: never). */
@@ -41,15 +54,8 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     cc.seed = seed;
     cc.backend = backend;
     must(llmt_context_create(&r->ctx, &cc), "context");
-    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
-    mc.vocab_size = VOCAB;
-    mc.hidden_size = 32;
-    mc.num_layers = layers;
-    mc.num_heads = heads;
-    mc.num_kv_heads = kv_heads;
-    mc.ffn_size = 64;
-    mc.max_seq_len = T;
-    mc.precision = precision;
+    llmt_model_config mc;
+    dp_model_config(&mc, precision);
     must(llmt_model_create(&r->model, r->ctx, &mc), "model");
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
     oc.lr = 3e-3;

@@ -34,6 +34,10 @@ extern int32_t backend, heads, kv_heads;
 extern llmt_comm *device_comm;
 
 
+/* The model of the runs: `layers` layers, `heads` and `kv_heads`, in
+ * precision. */
+void dp_model_config(llmt_model_config *mc, int precision);
+
 /* Writes dir/train_000000.bin: one shard of a learnable token stream. */
 void write_shard(const char *dir);
 

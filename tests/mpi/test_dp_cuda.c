@@ -126,14 +126,8 @@ static void cuda_model(llmt_context **ctx, llmt_model **model, uint64_t seed)
     cc.backend = LLMT_BACKEND_CUDA;
     cc.seed = seed;
     must(llmt_context_create(ctx, &cc), "CUDA context");
-    llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
-    mc.vocab_size = VOCAB;
-    mc.hidden_size = 32;
-    mc.num_layers = layers;
-    mc.num_heads = heads;
-    mc.num_kv_heads = kv_heads;
-    mc.ffn_size = 64;
-    mc.max_seq_len = T;
+    llmt_model_config mc;
+    dp_model_config(&mc, LLMT_PRECISION_FP32);
     must(llmt_model_create(model, *ctx, &mc), "model");
 }
 
