@@ -89,6 +89,18 @@ int llmt_comm_allreduce_i64(llmt_comm *c, const char *what, int64_t *values, siz
     return LLMT_OK;
 }
 
+int llmt_comm_allgather_items(llmt_comm *c, const char *what, void *buf, size_t item_bytes)
+{
+    const int32_t n = c->ops.size;
+    size_t *bytes = c->counts; /* sizes, then offsets */
+    for (int32_t i = 0; i < n; i++) {
+        bytes[i] = item_bytes;
+        bytes[n + i] = (size_t)i * item_bytes;
+    }
+    return llmt_comm_allgatherv(c, what, (char *)buf + bytes[n + c->ops.rank], buf, bytes,
+                                bytes + n);
+}
+
 int llmt_comm_allgather_ranges(llmt_comm *c, const char *what, void *buf, size_t elem_size,
                                const int64_t *bounds)
 {
@@ -217,13 +229,8 @@ int llmt_comm_check_same(llmt_comm *c, const char *what, uint64_t value)
         return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, c ? "what" : "comm");
     const int32_t n = c->ops.size;
     uint64_t *all = c->values;
-    size_t *bytes = c->counts;
-    for (int32_t i = 0; i < n; i++) {
-        bytes[i] = sizeof *all;
-        bytes[n + i] = (size_t)i * sizeof *all;
-    }
     all[c->ops.rank] = value;
-    int rc = llmt_comm_allgatherv(c, what, &all[c->ops.rank], all, bytes, bytes + n);
+    int rc = llmt_comm_allgather_items(c, what, all, sizeof *all);
     for (int32_t i = 1; !rc && i < n; i++)
         if (all[i] != all[0])
             rc = llmt_fail(LLMT_ECOMM, "rank %d: %s differs between rank 0 and rank %d",

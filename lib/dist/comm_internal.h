@@ -53,6 +53,10 @@ int llmt_comm_broadcast_all(llmt_comm *c, const char *what, void *buf, size_t by
  * *failed_status (LLMT_OK when none failed). */
 int llmt_comm_agree_code(llmt_comm *c, int status, int *failed_status);
 
+/* In-place all-gather of one item of item_bytes per rank: rank i's at buf +
+ * i x item_bytes (its own there before the call, every rank's after). */
+int llmt_comm_allgather_items(llmt_comm *c, const char *what, void *buf, size_t item_bytes);
+
 /* In-place all-gather of a flat buffer of elem_size-byte elements of which
  * rank i holds [bounds[i], bounds[i + 1]) (bounds has size + 1 entries,
  * non-decreasing): afterwards every rank holds all of [bounds[0],

@@ -63,11 +63,7 @@ static int exchange_records(llmt_comm *c, const llmt_manifest_shard *mine,
         r->n_chunks = mine->n_chunks;
         r->first = mine->first;
         r->end = mine->end;
-        for (int32_t i = 0; i < n; i++) {
-            bytes[i] = sizeof *recs;
-            bytes[n + i] = (size_t)i * sizeof *recs;
-        }
-        rc = llmt_comm_allgatherv(c, "checkpoint records", &recs[me], recs, bytes, bytes + n);
+        rc = llmt_comm_allgather_items(c, "checkpoint records", recs, sizeof *recs);
     }
     const int reached = !rc; /* every rank got here, or none did */
     size_t total = 0;

@@ -84,22 +84,17 @@ static int probe(llmt_comm *c, const fast_tier *msg, llmt_dist_fast *f)
     snprintf(file, sizeof file, "%s/rank-%d", dir, (int)me);
     uint8_t *seen = calloc((size_t)n, 1);
     int32_t *leaders = calloc((size_t)n, sizeof *leaders);
-    size_t *bytes = calloc((size_t)n * 2, sizeof *bytes);
-    int rc = seen && leaders && bytes ? leave_mark(msg->path, dir, file)
-                                      : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
+    int rc = seen && leaders ? leave_mark(msg->path, dir, file)
+                             : llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
     rc = llmt_dist_agree(c, rc);
     if (!rc)
         rc = llmt_dist_agree(c, read_marks(dir, seen, n));
     int32_t lead = 0;
     while (!rc && lead < me && !seen[lead]) /* seen[me], else check_groups fails */
         lead++;
-    for (int32_t r = 0; !rc && r < n; r++) {
-        bytes[r] = sizeof *leaders;
-        bytes[n + r] = (size_t)r * sizeof *leaders;
-    }
     if (!rc) {
         leaders[me] = lead;
-        rc = llmt_comm_allgatherv(c, "fast tier", &leaders[me], leaders, bytes, bytes + n);
+        rc = llmt_comm_allgather_items(c, "fast tier", leaders, sizeof *leaders);
     }
     if (!rc)
         rc = llmt_dist_agree(c, check_groups(seen, leaders, n, me, msg->path));
@@ -108,11 +103,11 @@ static int probe(llmt_comm *c, const fast_tier *msg, llmt_dist_fast *f)
     unlink(file);
     if (rc != LLMT_ECOMM && !llmt_dist_agree(c, LLMT_OK))
         rmdir(dir);
+    f->nodes = 0;
     for (int32_t r = 0; !rc && r < n; r++)
         f->nodes += leaders[r] == r;
     f->per_node = f->nodes > 1;
     f->leader = !rc && lead == me;
-    free(bytes);
     free(leaders);
     free(seen);
     return rc;
@@ -148,10 +143,8 @@ int llmt_dist_fast_layout(llmt_trainer *tr)
         f->nodes = 1;
         f->leader = me == ROOT;
     }
-    if (!rc && msg->has && llmt_comm_size(c) > 1) {
-        f->nodes = 0;
+    if (!rc && msg->has && llmt_comm_size(c) > 1)
         rc = probe(c, msg, f);
-    }
     if (!rc && f->per_node && f->leader && me != ROOT) {
         llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
         sc.sync = 0; /* as rank 0's fast tier (its rotation: llmt_dist_fast_rotate_nodes) */
@@ -173,6 +166,21 @@ int llmt_dist_fast_layout(llmt_trainer *tr)
         tr->dist_fast = f;
     free(msg);
     return rc;
+}
+
+/* Rank 0's *bytes bytes at *buf onto every rank (collective): the others
+ * get a malloc'ed copy in *buf (NULL when empty) and the size in *bytes.
+ * Agreed. */
+static int broadcast_blob(llmt_comm *c, const char *what, void **buf, size_t *bytes)
+{
+    int64_t n = (int64_t)*bytes;
+    LLMT_TRY(llmt_comm_broadcast(c, what, &n, sizeof n, ROOT));
+    *bytes = (size_t)n;
+    const int other = llmt_comm_rank(c) != ROOT;
+    LLMT_TRY(llmt_dist_agree(c, other && n > 0 && !(*buf = malloc((size_t)n))
+                                    ? llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory")
+                                    : LLMT_OK));
+    return n > 0 ? llmt_comm_broadcast_all(c, what, *buf, (size_t)n, ROOT) : LLMT_OK;
 }
 
 int llmt_dist_fast_per_node(const llmt_trainer *tr, int32_t tier)
@@ -205,15 +213,7 @@ int llmt_dist_fast_commit_nodes(llmt_trainer *tr, llmt_dist_save *sv, char **tex
         return LLMT_OK;
     llmt_comm *c = tr->parts.optimizer->comm;
     const int32_t me = llmt_comm_rank(c);
-    int64_t bytes = (int64_t)*len;
-    LLMT_TRY(llmt_comm_broadcast(c, "checkpoint manifest", &bytes, sizeof bytes, ROOT));
-    int rc = LLMT_OK;
-    if (me != ROOT && !(*text = malloc((size_t)bytes + 1)))
-        rc = llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory");
-    rc = llmt_dist_agree(c, rc);
-    if (!rc)
-        rc = llmt_comm_broadcast_all(c, "checkpoint manifest", *text, (size_t)bytes, ROOT);
-    *len = (size_t)bytes;
+    int rc = broadcast_blob(c, "checkpoint manifest", (void **)text, len);
     if (!rc && tr->dist_fast->leader && me != ROOT) {
         rc = llmt_ckpt_commit_manifest(tr->dist_fast->store, LLMT_CKPT_DURABLE, sv->step,
                                        sv->tmp, *text, *len, 0); /* rotated after rank 0 */
@@ -231,24 +231,18 @@ int llmt_dist_fast_rotate_nodes(llmt_trainer *tr, const llmt_dist_save *sv)
         return LLMT_OK;
     llmt_comm *c = tr->parts.optimizer->comm;
     const int32_t me = llmt_comm_rank(c);
-    int64_t *steps = NULL, n = 0;
-    size_t count = 0;
-    int rc = me == ROOT ? llmt_ckpt_scan(tr->parts.store, LLMT_CKPT_FAST, &steps, &count, NULL, 0)
+    int64_t *steps = NULL;
+    size_t n = 0;
+    int rc = me == ROOT ? llmt_ckpt_scan(tr->parts.store, LLMT_CKPT_FAST, &steps, &n, NULL, 0)
                         : LLMT_OK;
-    n = (int64_t)count;
+    size_t bytes = n * sizeof *steps;
     rc = llmt_dist_agree(c, rc);
     if (!rc)
-        rc = llmt_comm_broadcast(c, "fast tier rotation", &n, sizeof n, ROOT);
-    if (!rc)
-        rc = llmt_dist_agree(c, me != ROOT && n > 0 && !(steps = malloc((size_t)n * sizeof *steps))
-                                    ? llmt_fail(LLMT_ENOMEM, "checkpoint: out of memory")
-                                    : LLMT_OK);
-    if (!rc && n > 0)
-        rc = llmt_comm_broadcast_all(c, "fast tier rotation", steps, (size_t)n * sizeof *steps,
-                                     ROOT);
+        rc = broadcast_blob(c, "fast tier rotation", (void **)&steps, &bytes);
     int mine = LLMT_OK;
     if (!rc && tr->dist_fast->leader && me != ROOT &&
-        (mine = llmt_ckpt_keep_only(tr->dist_fast->store, LLMT_CKPT_DURABLE, steps, (size_t)n)))
+        (mine = llmt_ckpt_keep_only(tr->dist_fast->store, LLMT_CKPT_DURABLE, steps,
+                                    bytes / sizeof *steps)))
         llmt_fail_prefix(mine, "this rank's node's fast tier");
     free(steps);
     return rc ? rc : llmt_dist_agree(c, mine);
