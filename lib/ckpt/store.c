@@ -423,14 +423,22 @@ int llmt_ckpt_read_manifest(const llmt_ckpt_store *s, int64_t step, int tier, ll
 }
 
 /* Verifies a checkpoint (files, sizes, checksums, nothing extra). */
-static int verify(const llmt_ckpt_store *s, int64_t step, int tier)
+/* llmt_ckpt_check_dir of checkpoint step of tier in mode what (the
+ * manifest into m, may be NULL). */
+static int check_step(const llmt_ckpt_store *s, int64_t step, int tier, int what,
+                      llmt_manifest *m)
 {
     char label[128], *dir = llmt_ckpt_file(s, tier, step, NULL);
     label_of(label, sizeof label, step, tier);
-    int rc = dir ? llmt_ckpt_check_dir(dir, label, step, 1, NULL)
+    int rc = dir ? llmt_ckpt_check_dir(dir, label, step, what, m)
                  : llmt_fail(LLMT_ENOMEM, "%s: out of memory", label);
     free(dir);
     return rc;
+}
+
+static int verify(const llmt_ckpt_store *s, int64_t step, int tier)
+{
+    return check_step(s, step, tier, LLMT_CKPT_CHECK_ALL, NULL);
 }
 
 int llmt_ckpt_verify(llmt_ckpt_store *s, int64_t step, int32_t tier)
@@ -609,35 +617,6 @@ static int set_aside(llmt_ckpt_store *s, int tier, int64_t step)
     return rc;
 }
 
-/* After checkpoint step of tier failed verification (why: its message):
- * LLMT_ESTATE when it is one node's copy of a checkpoint saved with a fast
- * tier local to each node whose files are intact (a data-parallel resume
- * with the ranks on the nodes that saved it may load it); LLMT_OK when it
- * is damaged (to set aside); LLMT_ENOTFOUND when it went away meanwhile;
- * any other status when that could not be told. */
-static int node_copy(const llmt_ckpt_store *s, int tier, int64_t step, const char *fn,
-                     const char *why)
-{
-    char *dir = llmt_ckpt_file(s, tier, step, NULL);
-    if (!dir)
-        return llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
-    llmt_manifest mf;
-    int rc = llmt_ckpt_check_dir(dir, "checkpoint", step, LLMT_CKPT_CHECK_NODE_COPY, &mf);
-    int copy = !rc && mf.per_node;
-    if (!rc)
-        llmt_manifest_clear(&mf);
-    if (copy)
-        rc = llmt_fail(LLMT_ESTATE, "%s: %s: %s; its own files are intact, and a data-parallel "
-                       "resume with the ranks on the nodes that saved it may load it, so it is "
-                       "not set aside (resume it, or remove it by hand)", fn, dir, why);
-    else if (rc == LLMT_ECORRUPT || !rc)
-        rc = LLMT_OK; /* damaged: set aside */
-    else if (rc != LLMT_ENOTFOUND)
-        llmt_fail_prefix(rc, "%s: cannot tell whether a checkpoint is usable", fn);
-    free(dir);
-    return rc;
-}
-
 /* A checkpoint llmt_ckpt_set_aside_invalid found damaged. */
 typedef struct damaged {
     int tier;
@@ -669,20 +648,31 @@ int llmt_ckpt_set_aside_invalid(llmt_ckpt_store *s, size_t *count, char *notes, 
     damaged *bad = rc ? NULL : calloc(n[0] + n[1] + 1, sizeof *bad);
     if (!rc && !bad)
         rc = llmt_fail(LLMT_ENOMEM, "%s: out of memory", fn);
+    /* One check each, which is verification except for one node's copy of
+     * a checkpoint saved with a fast tier local to each node: that passes
+     * when its own files are intact, and is not set aside (a data-parallel
+     * resume with the ranks on the nodes that saved it may load it). */
     for (int t = 0; t < 2 && !rc; t++)
         for (size_t k = 0; k < n[t] && !rc; k++) {
-            int v = verify(s, steps[t][k], t);
+            llmt_manifest mf;
+            int v = check_step(s, steps[t][k], t, LLMT_CKPT_CHECK_NODE_COPY, &mf);
             if (v == LLMT_ECORRUPT) {
-                damaged *d = &bad[n_bad];
+                damaged *d = &bad[n_bad++];
                 *d = (damaged){t, steps[t][k], ""};
                 snprintf(d->why, sizeof d->why, "%s", llmt_error_last());
-                rc = node_copy(s, t, d->step, fn, d->why);
-                n_bad += rc == LLMT_OK;
-                if (rc == LLMT_ENOTFOUND) /* gone meanwhile: nothing to set aside */
-                    rc = LLMT_OK;
+            } else if (!v && mf.per_node) {
+                char *dir = llmt_ckpt_file(s, t, steps[t][k], NULL);
+                rc = llmt_fail(LLMT_ESTATE, "%s: %s is one node's copy of a checkpoint saved "
+                               "with a fast tier local to each node; its own files are intact, "
+                               "and a data-parallel resume with the ranks on the nodes that "
+                               "saved it may load it, so it is not set aside (resume it, or "
+                               "remove it by hand)", fn, dir ? dir : "a checkpoint");
+                free(dir);
             } else if (v && v != LLMT_ENOTFOUND) { /* gone meanwhile: nothing to set aside */
                 rc = llmt_fail_prefix(v, "%s: cannot tell whether a checkpoint is usable", fn);
             }
+            if (!v)
+                llmt_manifest_clear(&mf);
         }
     for (size_t i = 0; i < n_bad && !rc; i++) {
         rc = set_aside(s, bad[i].tier, bad[i].step);
