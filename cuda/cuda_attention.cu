@@ -22,7 +22,14 @@
  * rows in a fixed order; one block per (batch, head, query block) sums dQ
  * over the keys in order. When backward gets no saved state it reruns the
  * forward kernel itself (without output) for the logsumexp, so it uses the
- * same bits it would have been given. */
+ * same bits it would have been given.
+ *
+ * BF16 and F16 attention runs on cuDNN's fused SDPA instead where cuDNN
+ * is loaded and accepts the shape (cuda_attention_cudnn.cu); these kernels
+ * are the fallback, chosen per call (LLMT_CUDA_ATTENTION forces either).
+ * Backward without saved state recomputes the logsumexp the way forward
+ * would have made it: on cuDNN where forward runs there. */
+#include "cuda_attention_cudnn.h"
 #include "cuda_kernels.cuh"
 
 #define ATT_ROWS 64
@@ -351,11 +358,45 @@ size_t llmt_cuda_attention_saved_bytes(const llmt_attn_dims *a)
     return (size_t)(a->batch * a->heads * a->seq) * sizeof(float);
 }
 
-/* Backward's scratch: D, and the logsumexp when it is recomputed. */
+/* Attention's scratch, from llmt_cuda_align_ptr(scratch): D and the
+ * recomputed logsumexp (fp32 per row); then, where cuDNN may run, the
+ * output of a forward rerun for its logsumexp and cuDNN's workspace. */
+typedef struct att_scratch {
+    float *delta, *lse;
+    void *o, *workspace;
+    size_t workspace_bytes;
+} att_scratch;
+
+static size_t att_scratch_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                int dt, att_scratch *sc, void *scratch)
+{
+    const size_t rows = llmt_cuda_round_up((size_t)(batch * heads * seq) * sizeof(float));
+    const size_t ws = llmt_cudnn_attention_workspace(batch, seq, heads, head_dim, dt);
+    const size_t o = ws ? llmt_cuda_round_up((size_t)(batch * seq * heads * head_dim) *
+                                             llmt_cuda_dt_size(dt))
+                        : 0;
+    if (sc) {
+        char *p = llmt_cuda_align_ptr(scratch);
+        sc->delta = (float *)p;
+        sc->lse = (float *)(p + rows);
+        sc->o = ws ? p + 2 * rows : NULL;
+        sc->workspace = ws ? p + 2 * rows + o : NULL;
+        sc->workspace_bytes = ws;
+    }
+    return 2 * rows + o + llmt_cuda_round_up(ws) + LLMT_CUDA_ALIGN;
+}
+
 size_t llmt_cuda_attention_scratch(const llmt_op_dims *d)
 {
-    const size_t rows = (size_t)(d->batch * d->heads * d->seq);
-    return 2 * llmt_cuda_round_up(rows * sizeof(float)) + LLMT_CUDA_ALIGN;
+    return att_scratch_bytes(d->batch, d->seq, d->heads, d->head_dim, d->dt, NULL, NULL);
+}
+
+/* The scratch regions of a call (its shape is within the planned one). */
+static att_scratch att_carve(const llmt_attn_dims *a, int dt, void *scratch)
+{
+    att_scratch sc;
+    att_scratch_bytes(a->batch, a->seq, a->heads, a->head_dim, dt, &sc, scratch);
+    return sc;
 }
 
 /* Checks the shape; fills the geometry. */
@@ -402,16 +443,24 @@ static dim3 attn_grid(const llmt_attn_dims *a, int64_t heads)
         }                                                                                  \
     } while (0)
 
+/* Forward on cuDNN (with scratch: cuDNN's workspace is there) or else the
+ * kernel. */
 int llmt_cuda_attention_fwd(llmt_device *dev, void *out, void *saved, const void *qkv,
                             const llmt_attn_dims *a, int dt, void *scratch)
 {
-    (void)scratch;
     att_geom g;
     int rc = attn_check(dev, "attention_fwd", a, dt, &g);
     if (rc)
         return rc;
     if (a->batch <= 0 || a->seq <= 0 || a->heads <= 0)
         return LLMT_OK;
+    att_scratch sc = {};
+    if (scratch)
+        sc = att_carve(a, dt, scratch);
+    rc = llmt_cudnn_attention_fwd(dev, out, saved ? (float *)saved : sc.lse, qkv, a, dt,
+                                  sc.workspace, sc.workspace_bytes);
+    if (rc)
+        return rc < 0 ? rc : LLMT_OK;
     cudaStream_t stream = llmt_cuda(dev)->stream;
     const dim3 grid = attn_grid(a, a->heads);
     LLMT_CUDA_DISPATCH(dt, T, ATT_DISPATCH_HD(a->head_dim, {
@@ -435,16 +484,27 @@ int llmt_cuda_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, cons
     if (!scratch)
         return llmt_cuda(dev)->host->fail(LLMT_EINVAL, "CUDA attention_bwd: scratch is NULL");
     cudaStream_t stream = llmt_cuda(dev)->stream;
-    const size_t rows = (size_t)(a->batch * a->heads * a->seq);
-    float *delta = (float *)llmt_cuda_align_ptr(scratch);
-    float *lse_own = delta + llmt_cuda_round_up(rows * sizeof(float)) / sizeof(float);
-    const float *lse = saved ? (const float *)saved : lse_own;
+    const att_scratch sc = att_carve(a, dt, scratch);
+    const float *lse = saved ? (const float *)saved : sc.lse;
     const dim3 qgrid = attn_grid(a, a->heads), kgrid = attn_grid(a, a->kv_heads);
+    if (!saved) { /* the logsumexp, made the way forward makes it (the same bits) */
+        rc = llmt_cudnn_attention_fwd(dev, sc.o, sc.lse, qkv, a, dt, sc.workspace,
+                                      sc.workspace_bytes);
+        if (rc < 0)
+            return rc;
+        if (rc == 0)
+            LLMT_CUDA_DISPATCH(dt, T, ATT_DISPATCH_HD(a->head_dim, {
+                LLMT_LAUNCH(qgrid, att_shape<HD>::THREADS, stream, attn_fwd_kernel<T, HD>)(
+                    (T *)NULL, sc.lse, (const T *)qkv, g);
+            }));
+    }
+    rc = llmt_cudnn_attention_bwd(dev, dqkv, dout, qkv, lse, out, a, dt, sc.workspace,
+                                  sc.workspace_bytes);
+    if (rc)
+        return rc < 0 ? rc : LLMT_OK;
+    float *delta = sc.delta;
     LLMT_CUDA_DISPATCH(dt, T, ATT_DISPATCH_HD(a->head_dim, {
         constexpr int threads = att_shape<HD>::THREADS;
-        if (!saved) /* the forward kernel itself, so the logsumexp has its bits */
-            LLMT_LAUNCH(qgrid, threads, stream, attn_fwd_kernel<T, HD>)(
-                (T *)NULL, lse_own, (const T *)qkv, g);
         LLMT_LAUNCH(qgrid, threads, stream, attn_delta_kernel<T, HD>)(
             delta, (const T *)dout, (const T *)out, g);
         LLMT_LAUNCH(kgrid, threads, stream, attn_dkv_kernel<T, HD>)(

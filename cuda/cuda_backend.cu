@@ -1,10 +1,12 @@
 /* The CUDA backend's op table, its scratch size and the plugin entry point.
- * Every op runs on the backend's stream; only ops that hand values back to
- * the host (lm_head_ce, grad_stats, grad_stats_blocks, copies to and from the
- * host, synchronize) wait for it. */
+ * Every op runs on the backend's stream, but copy_to_host_async, which runs
+ * on the copy stream (cuda_memory.cu); only ops that hand values back to
+ * the host (lm_head_ce, grad_stats, grad_stats_blocks, the other copies to
+ * and from the host, synchronize) wait for it. */
 #include <stdlib.h>
 
 #include "core/cuda_plugin_ops.h"
+#include "cuda_attention_cudnn.h"
 #include "cuda_backend.h"
 
 /* Scratch is shared by the ops (they run one after another on the stream):
@@ -24,11 +26,34 @@ static void cuda_destroy(llmt_device *dev)
     llmt_cuda_backend *cb = llmt_cuda(dev);
     if (cb->stream)
         cudaStreamSynchronize(cb->stream);
+    if (cb->copy_stream)
+        cudaStreamSynchronize(cb->copy_stream);
+    llmt_cudnn_attention_release(dev);
+    for (int f = 0; f < LLMT_COPY_FENCES; f++)
+        if (cb->fence[f])
+            cudaEventDestroy(cb->fence[f]);
+    if (cb->queued)
+        cudaEventDestroy(cb->queued);
+    if (cb->copy_stream)
+        cudaStreamDestroy(cb->copy_stream);
     if (cb->lt)
         cublasLtDestroy(cb->lt);
     if (cb->stream)
         cudaStreamDestroy(cb->stream);
     free(cb);
+}
+
+/* The copy stream of copy_to_host_async and its events (ordering only: no
+ * timing); on failure those made are released by cuda_destroy. */
+static cudaError_t make_copy_stream(llmt_cuda_backend *cb)
+{
+    cudaError_t err = cudaStreamCreateWithFlags(&cb->copy_stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&cb->queued, cudaEventDisableTiming);
+    for (int f = 0; f < LLMT_COPY_FENCES && err == cudaSuccess; f++)
+        err = cudaEventCreateWithFlags(&cb->fence[f], cudaEventDisableTiming);
+    LLMT_CUDA_EMU_COPY_STREAM(cb->copy_stream);
+    return err;
 }
 
 static llmt_backend_ops make_cuda_ops(void)
@@ -46,9 +71,12 @@ static llmt_backend_ops make_cuda_ops(void)
     o.mem_zero = llmt_cuda_mem_zero;
     o.mem_info = llmt_cuda_mem_info;
     o.synchronize = llmt_cuda_synchronize;
+    o.copy_to_host_async = llmt_cuda_copy_to_host_async;
+    o.wait_fence = llmt_cuda_wait_fence;
     o.destroy = cuda_destroy;
     o.scratch_bytes = cuda_scratch_bytes;
     o.gemm = llmt_cuda_gemm;
+    o.gemm_cd = llmt_cuda_gemm_cd;
     o.embedding_fwd = llmt_cuda_embedding_fwd;
     o.embedding_bwd = llmt_cuda_embedding_bwd;
     o.rmsnorm_fwd = llmt_cuda_rmsnorm_fwd;
@@ -62,6 +90,7 @@ static llmt_backend_ops make_cuda_ops(void)
     o.cast = llmt_cuda_cast;
     o.add = llmt_cuda_add;
     o.lm_head_ce = llmt_cuda_lm_head_ce;
+    o.ce_chunk = llmt_cuda_ce_chunk;
     o.optim_scratch_bytes = llmt_cuda_optim_scratch_bytes;
     o.grad_stats = llmt_cuda_grad_stats;
     o.grad_stats_blocks = llmt_cuda_grad_stats_blocks;
@@ -84,6 +113,10 @@ extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_open(
 {
     if (!host || host->abi != LLMT_BACKEND_ABI)
         return LLMT_EVERSION;
+    int attn_mode;
+    int rc = llmt_cuda_attention_mode(host, &attn_mode);
+    if (rc)
+        return rc;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess)
@@ -103,6 +136,7 @@ extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_open(
     cb->base.num_threads = num_threads;
     cb->host = host;
     cb->device = device;
+    cb->attn_mode = attn_mode;
     err = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) {
         free(cb);
@@ -115,6 +149,12 @@ extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_open(
         cuda_destroy(&cb->base);
         return host->fail(LLMT_ECUDA, "llmt_context_create: CUDA backend: cublasLtCreate: %s",
                           cublasLtGetStatusString(st));
+    }
+    err = make_copy_stream(cb);
+    if (err != cudaSuccess) {
+        cuda_destroy(&cb->base);
+        return host->fail(LLMT_ECUDA, "llmt_context_create: CUDA backend: copy stream and its "
+                          "events: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
     }
     *out = &cb->base;
     return LLMT_OK;

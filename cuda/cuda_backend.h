@@ -18,6 +18,11 @@
 #ifndef LLMT_CUDA_EMULATE
 #define LLMT_LAUNCH(grid, block, stream, ...) __VA_ARGS__<<<(grid), (block), 0, (stream)>>>
 #endif
+/* Called with the copy stream once it is made: nothing on a GPU; the
+ * emulator then runs that stream's copies as late as CUDA may (cuda_emu.h). */
+#ifndef LLMT_CUDA_EMULATE
+#define LLMT_CUDA_EMU_COPY_STREAM(stream) ((void)(stream))
+#endif
 
 /* cuBLASLt workspace: what NVIDIA recommends for Hopper. It is carved from
  * the ops' scratch (so it is accounted), which scratch_bytes includes. */
@@ -27,10 +32,13 @@
 /* Remembered cuBLASLt algorithm choices (one per GEMM shape). */
 #define LLMT_CUDA_GEMM_CACHE 64
 
+/* What an algorithm choice depends on, compared with memcmp (zeroed first;
+ * `zero` keeps the struct free of padding). D (the output) has its own
+ * leading dimension and alignment, equal to C's when the product is in place. */
 typedef struct llmt_cuda_gemm_key {
-    int64_t m, n, k, lda, ldb, ldc;
+    int64_t m, n, k, lda, ldb, ldc, ldd;
     int32_t trans_a, trans_b, ab_dt, c_dt;
-    uint32_t align_a, align_b, align_c, pad;
+    uint32_t align_a, align_b, align_c, align_d, pad, zero;
 } llmt_cuda_gemm_key;
 
 typedef struct llmt_cuda_gemm_entry {
@@ -43,10 +51,19 @@ typedef struct llmt_cuda_backend {
     const llmt_plugin_host *host;
     int device;
     cudaStream_t stream;
+    /* The copy stream of copy_to_host_async (cuda_memory.cu): `queued` is
+     * recorded on `stream` before each such copy and waited for on
+     * copy_stream; fence[f] is recorded on copy_stream after the copy. */
+    cudaStream_t copy_stream;
+    cudaEvent_t queued, fence[LLMT_COPY_FENCES];
     cublasLtHandle_t lt;
     /* Algorithm cache of the GEMMs, filled round-robin. */
     llmt_cuda_gemm_entry gemm_cache[LLMT_CUDA_GEMM_CACHE];
     int gemm_cached, gemm_next;
+    /* Attention: LLMT_CUDA_ATTN_* (cuda_attention_cudnn.h), read when the
+     * backend opens, and cuDNN's handle and graphs (NULL until first used). */
+    int attn_mode;
+    void *cudnn_attn;
 } llmt_cuda_backend;
 
 static inline llmt_cuda_backend *llmt_cuda(llmt_device *dev)
@@ -138,6 +155,9 @@ int llmt_cuda_copy_on_device(llmt_device *dev, void *dst, const void *src, size_
 int llmt_cuda_mem_zero(llmt_device *dev, void *dst, size_t bytes);
 int llmt_cuda_mem_info(llmt_device *dev, uint64_t *total, uint64_t *free_now);
 int llmt_cuda_synchronize(llmt_device *dev);
+int llmt_cuda_copy_to_host_async(llmt_device *dev, void *dst, const void *src, size_t bytes,
+                                 int fence);
+int llmt_cuda_wait_fence(llmt_device *dev, int fence);
 
 /* ---- GEMM (cuda_gemm.cu) */
 /* C[m,n] = alpha op(A) op(B) + beta C, row-major, A and B of dtype ab_dt and
@@ -147,9 +167,20 @@ int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b,
                      int64_t n, int64_t k, float alpha, const void *a, int64_t lda, const void *b,
                      int64_t ldb, int ab_dt, float beta, void *c, int64_t ldc, int c_dt,
                      void *scratch);
+/* The same with a separate output: D[m,n] (dtype c_dt, leading dimension
+ * ldd) = alpha op(A) op(B) + beta C, C read only (ops.h's gemm_cd); d == c
+ * is llmt_cuda_matmul. */
+int llmt_cuda_matmul_cd(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
+                        int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
+                        const void *b, int64_t ldb, int ab_dt, float beta, const void *c,
+                        int64_t ldc, void *d, int64_t ldd, int c_dt, void *scratch);
 int llmt_cuda_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
                    void *c, int64_t ldc, int dt, void *scratch);
+int llmt_cuda_gemm_cd(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      float beta, const void *c, int64_t ldc, void *d, int64_t ldd, int dt,
+                      void *scratch);
 /* Scratch of the GEMM: the workspace and its alignment slack. */
 size_t llmt_cuda_gemm_scratch(void);
 
@@ -185,6 +216,8 @@ int llmt_cuda_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, cons
                             void *scratch);
 
 /* ---- LM head and cross-entropy (cuda_cross_entropy.cu) */
+/* ops.h's ce_chunk: all m rows while their fp32 logits take at most 2 GiB. */
+int64_t llmt_cuda_ce_chunk(int64_t m, int64_t vocab);
 size_t llmt_cuda_ce_scratch(const llmt_op_dims *dims);
 int llmt_cuda_lm_head_ce(llmt_device *dev, const llmt_ce_args *args);
 

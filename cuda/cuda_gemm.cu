@@ -6,7 +6,9 @@
  *   C[m,n] = op(A) op(B)   is computed as the column-major   C^T[n,m] = op(B)^T op(A)^T,
  * i.e. cuBLASLt's "A" is our B (transposed iff trans_b) and its "B" is our A
  * (transposed iff trans_a), with M = n, N = m. beta = 1 accumulates into the
- * existing C (weight gradients, the residual stream).
+ * existing C (weight gradients). gemm_cd passes a separate output D
+ * (cuBLASLt's C != D): the residual add x + att Wo^T is read from x and
+ * written to xmid in the product's epilogue, with no copy of x beforehand.
  *
  * The algorithm comes from cuBLASLt's heuristic, asked once per shape and
  * remembered; the heuristic is told the real alignment of each pointer
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "cuda_kernels.cuh"
+#include "ops/gemm_cd_check.h"
 
 size_t llmt_cuda_gemm_scratch(void)
 {
@@ -37,26 +40,29 @@ static uint32_t alignment_of(const void *p)
     return a;
 }
 
-/* C = beta C over an m x n block (a product with k = 0). */
+/* D = beta C over an m x n block (a product with k = 0), C not read when
+ * beta is 0: rows on the grid's y, columns on x, no division. */
 template <typename T>
-__global__ void scale_kernel(T *c, int64_t m, int64_t n, int64_t ldc, float beta)
+__global__ void scale_kernel(T *d, int64_t ldd, const T *c, int64_t ldc, int64_t m, int64_t n,
+                             float beta)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        T *p = c + (i / n) * ldc + i % n;
-        *p = from_f32<T>(beta == 0.0f ? 0.0f : beta * to_f32(*p));
-    }
+    for (int64_t r = blockIdx.y; r < m; r += gridDim.y)
+        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+             j += (int64_t)gridDim.x * blockDim.x)
+            d[r * ldd + j] = from_f32<T>(beta == 0.0f ? 0.0f : beta * to_f32(c[r * ldc + j]));
 }
 
 /* Descriptors of one call, released on every path. */
 struct lt_call {
     cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
     ~lt_call()
     {
         if (pref)
             cublasLtMatmulPreferenceDestroy(pref);
+        if (ld)
+            cublasLtMatrixLayoutDestroy(ld);
         if (lc)
             cublasLtMatrixLayoutDestroy(lc);
         if (lb)
@@ -68,23 +74,30 @@ struct lt_call {
     }
 };
 
-int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
-                     int64_t n, int64_t k, float alpha, const void *a, int64_t lda, const void *b,
-                     int64_t ldb, int ab_dt, float beta, void *c, int64_t ldc, int c_dt,
-                     void *scratch)
+int llmt_cuda_matmul_cd(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
+                        int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
+                        const void *b, int64_t ldb, int ab_dt, float beta, const void *c,
+                        int64_t ldc, void *d, int64_t ldd, int c_dt, void *scratch)
 {
     llmt_cuda_backend *cb = llmt_cuda(dev);
     LLMT_CUDA_CHECK_DT(dev, ab_dt, op);
     LLMT_CUDA_CHECK_DT(dev, c_dt, op);
     if (m <= 0 || n <= 0)
         return LLMT_OK;
+    char why[96];
+    if (llmt_gemm_cd_refused(why, sizeof why, beta, c, ldc, d, ldd, m, n, llmt_cuda_dt_size(c_dt)))
+        return cb->host->fail(LLMT_EINVAL, "CUDA %s: %s", op, why);
     if (k <= 0) {
+        const dim3 grid(llmt_cuda_blocks(n, 256), (unsigned)(m < 65535 ? m : 65535));
         LLMT_CUDA_DISPATCH(c_dt, T,
-                           LLMT_LAUNCH(llmt_cuda_blocks(m * n, 256), 256, cb->stream,
-                                       scale_kernel<T>)((T *)c, m, n, ldc, beta));
+                           LLMT_LAUNCH(grid, 256, cb->stream, scale_kernel<T>)(
+                               (T *)d, ldd, (const T *)c, ldc, m, n, beta));
         LLMT_CUDA_LAUNCHED(dev, op);
         return LLMT_OK;
     }
+    if (beta == 0.0f)
+        c = d; /* not read: D's own layout and alignment serve for C */
+    const bool in_place = c == d;
     void *workspace = scratch ? llmt_cuda_align_ptr(scratch) : NULL;
     uint64_t ws_bytes = scratch ? LLMT_CUDA_GEMM_WORKSPACE : 0;
 
@@ -106,13 +119,19 @@ int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b,
                                                       (uint64_t)(trans_a ? m : k),
                                                       (uint64_t)(trans_a ? k : m), lda), op);
     LLMT_CUBLAS_CHECK(dev, cublasLtMatrixLayoutCreate(&call.lc, cuda_type(c_dt), (uint64_t)n,
-                                                      (uint64_t)m, ldc), op);
+                                                      (uint64_t)m, in_place ? ldd : ldc), op);
+    if (!in_place)
+        LLMT_CUBLAS_CHECK(dev, cublasLtMatrixLayoutCreate(&call.ld, cuda_type(c_dt), (uint64_t)n,
+                                                          (uint64_t)m, ldd), op);
+    const cublasLtMatrixLayout_t layout_d = in_place ? call.lc : call.ld;
 
     llmt_cuda_gemm_key key;
     memset(&key, 0, sizeof key);
-    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb;
+    key.ldc = in_place ? ldd : ldc, key.ldd = ldd;
     key.trans_a = trans_a != 0, key.trans_b = trans_b != 0, key.ab_dt = ab_dt, key.c_dt = c_dt;
     key.align_a = alignment_of(a), key.align_b = alignment_of(b), key.align_c = alignment_of(c);
+    key.align_d = alignment_of(d);
     key.pad = scratch != NULL;
     const cublasLtMatmulAlgo_t *algo = NULL;
     for (int i = 0; i < cb->gemm_cached && !algo; i++)
@@ -127,7 +146,7 @@ int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b,
         const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-        const uint32_t aligns[4] = {key.align_b, key.align_a, key.align_c, key.align_c};
+        const uint32_t aligns[4] = {key.align_b, key.align_a, key.align_c, key.align_d};
         for (int i = 0; i < 4; i++)
             LLMT_CUBLAS_CHECK(dev, cublasLtMatmulPreferenceSetAttribute(call.pref, attrs[i],
                                                                         &aligns[i],
@@ -136,7 +155,7 @@ int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b,
         memset(&result, 0, sizeof result);
         int found = 0;
         LLMT_CUBLAS_CHECK(dev, cublasLtMatmulAlgoGetHeuristic(cb->lt, call.desc, call.la, call.lb,
-                                                              call.lc, call.lc, call.pref, 1,
+                                                              call.lc, layout_d, call.pref, 1,
                                                               &result, &found), op);
         if (found < 1)
             return cb->host->fail(LLMT_ECUDA, "CUDA %s: cuBLASLt has no algorithm for %lld x "
@@ -153,9 +172,18 @@ int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b,
         algo = &cb->gemm_cache[slot].algo;
     }
     LLMT_CUBLAS_CHECK(dev, cublasLtMatmul(cb->lt, call.desc, &alpha, b, call.la, a, call.lb, &beta,
-                                          c, call.lc, c, call.lc, algo, workspace, ws_bytes,
+                                          c, call.lc, d, layout_d, algo, workspace, ws_bytes,
                                           cb->stream), op);
     return LLMT_OK;
+}
+
+int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
+                     int64_t n, int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                     int64_t ldb, int ab_dt, float beta, void *c, int64_t ldc, int c_dt,
+                     void *scratch)
+{
+    return llmt_cuda_matmul_cd(dev, op, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, ab_dt,
+                               beta, c, ldc, c, ldc, c_dt, scratch);
 }
 
 int llmt_cuda_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
@@ -164,4 +192,13 @@ int llmt_cuda_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_
 {
     return llmt_cuda_matmul(dev, "gemm", trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, dt,
                             beta, c, ldc, dt, scratch);
+}
+
+int llmt_cuda_gemm_cd(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      float beta, const void *c, int64_t ldc, void *d, int64_t ldd, int dt,
+                      void *scratch)
+{
+    return llmt_cuda_matmul_cd(dev, "gemm_cd", trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                               dt, beta, c, ldc, d, ldd, dt, scratch);
 }

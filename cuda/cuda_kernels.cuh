@@ -65,6 +65,95 @@ __device__ __forceinline__ void store_dt(void *p, int dt, int64_t i, float v)
         ((float *)p)[i] = v;
 }
 
+/* ---- 128-bit memory access
+ *
+ * The element-wise and row-wise kernels move elements in groups of
+ * LLMT_GROUP (8: one 16-byte access of bf16 or fp16, two of fp32). A group
+ * is moved with 16-byte loads and stores when it is whole and its first
+ * element is 16-byte aligned; otherwise (a row's tail, a row starting at an
+ * unaligned offset such as a qkv head) element by element. Either way each
+ * element gets the same arithmetic, so the bits do not depend on the path. */
+#define LLMT_GROUP 8
+
+template <typename T> struct alignas(16) llmt_vec16 {
+    T v[16 / sizeof(T)];
+};
+
+__device__ __forceinline__ bool llmt_aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+/* out[i] = p[i] for i < n (n <= LLMT_GROUP). */
+template <typename T>
+__device__ __forceinline__ void load_group(T (&out)[LLMT_GROUP], const T *p, int n)
+{
+    constexpr int V = 16 / sizeof(T);
+    static_assert(LLMT_GROUP % V == 0, "a group is whole 16-byte vectors");
+    if (n == LLMT_GROUP && llmt_aligned16(p)) {
+#pragma unroll
+        for (int j = 0; j < LLMT_GROUP / V; j++) {
+            const llmt_vec16<T> x = reinterpret_cast<const llmt_vec16<T> *>(p)[j];
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                out[j * V + i] = x.v[i];
+        }
+    } else {
+        for (int i = 0; i < n; i++)
+            out[i] = p[i];
+    }
+}
+
+/* p[i] = in[i] for i < n (n <= LLMT_GROUP). */
+template <typename T>
+__device__ __forceinline__ void store_group(T *p, const T (&in)[LLMT_GROUP], int n)
+{
+    constexpr int V = 16 / sizeof(T);
+    if (n == LLMT_GROUP && llmt_aligned16(p)) {
+#pragma unroll
+        for (int j = 0; j < LLMT_GROUP / V; j++) {
+            llmt_vec16<T> x;
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                x.v[i] = in[j * V + i];
+            reinterpret_cast<llmt_vec16<T> *>(p)[j] = x;
+        }
+    } else {
+        for (int i = 0; i < n; i++)
+            p[i] = in[i];
+    }
+}
+
+/* f[i] = p[i] widened to fp32, for i < n. */
+template <typename T>
+__device__ __forceinline__ void load_group_f32(float (&f)[LLMT_GROUP], const T *p, int n)
+{
+    T raw[LLMT_GROUP];
+    load_group(raw, p, n);
+#pragma unroll
+    for (int i = 0; i < LLMT_GROUP; i++)
+        if (i < n)
+            f[i] = to_f32(raw[i]);
+}
+
+/* p[i] = f[i] rounded to T (nearest even), for i < n. */
+template <typename T>
+__device__ __forceinline__ void store_group_f32(T *p, const float (&f)[LLMT_GROUP], int n)
+{
+    T raw[LLMT_GROUP];
+#pragma unroll
+    for (int i = 0; i < LLMT_GROUP; i++)
+        if (i < n)
+            raw[i] = from_f32<T>(f[i]);
+    store_group(p, raw, n);
+}
+
+/* Elements in the group starting at e of a range of n: LLMT_GROUP or the tail. */
+__device__ __forceinline__ int group_len(int64_t e, int64_t n)
+{
+    return n - e < LLMT_GROUP ? (int)(n - e) : LLMT_GROUP;
+}
+
 /* Runs the statements with T the storage type of dt (F32, BF16 or F16;
  * callers have checked dt with LLMT_CUDA_CHECK_DT). */
 #define LLMT_CUDA_DISPATCH(dt, T, ...)                                                      \

@@ -1,6 +1,6 @@
 /* CUDA backend: device memory, pinned host memory for staging, and copies
  * on the context's stream. Copies that involve the host wait for the stream;
- * everything else is queued.
+ * everything else is queued, and copy_to_host_async runs on the copy stream.
  *
  * Copies let the runtime tell host from device pointers (cudaMemcpyDefault,
  * unified addressing): the library hands STAGING buffers, which are pinned
@@ -28,8 +28,9 @@ int llmt_cuda_host_alloc(llmt_device *dev, size_t bytes, void **out)
 
 void llmt_cuda_host_free(llmt_device *dev, void *ptr)
 {
-    /* A copy queued from or to it may still be running. */
+    /* A copy queued from or to it may still be running, on either stream. */
     cudaStreamSynchronize(llmt_cuda(dev)->stream);
+    cudaStreamSynchronize(llmt_cuda(dev)->copy_stream);
     cudaFreeHost(ptr);
 }
 
@@ -82,5 +83,50 @@ int llmt_cuda_mem_info(llmt_device *dev, uint64_t *total, uint64_t *free_now)
 int llmt_cuda_synchronize(llmt_device *dev)
 {
     LLMT_CUDA_CHECK(dev, cudaStreamSynchronize(llmt_cuda(dev)->stream), "synchronize");
+    LLMT_CUDA_CHECK(dev, cudaStreamSynchronize(llmt_cuda(dev)->copy_stream),
+                    "synchronize (copy stream)");
+    return LLMT_OK;
+}
+
+/* The copy stream's ordering, which the emulator (running everything at
+ * once) cannot show wrong, so it is argued here:
+ * - The copy reads src after the ops that wrote it: `queued` is recorded on
+ *   the compute stream at the call, after every op queued before it, and
+ *   the copy stream waits for it before the copy. Reusing the one event is
+ *   safe: cudaStreamWaitEvent takes the record made before it, and a later
+ *   record does not change what an earlier wait waits for.
+ * - Nothing overwrites src or reads dst too early: the caller's contract
+ *   (ops.h) is to wait_fence(fence) first, which makes the compute stream
+ *   wait for fence's last record, made on the copy stream after this copy
+ *   (and, in stream order, after every earlier copy on it); the host's
+ *   readers of dst call synchronize, which waits for both streams.
+ * - Copies on the copy stream run in the order queued, so a later store of
+ *   the same host bytes lands last. */
+int llmt_cuda_copy_to_host_async(llmt_device *dev, void *dst, const void *src, size_t bytes,
+                                 int fence)
+{
+    llmt_cuda_backend *cb = llmt_cuda(dev);
+    if (fence < 0 || fence >= LLMT_COPY_FENCES)
+        return cb->host->fail(LLMT_EINVAL, "CUDA copy to host (async): fence = %d is not in "
+                              "0..%d", fence, LLMT_COPY_FENCES - 1);
+    if (bytes == 0)
+        return LLMT_OK;
+    LLMT_CUDA_CHECK(dev, cudaEventRecord(cb->queued, cb->stream), "copy to host (async)");
+    LLMT_CUDA_CHECK(dev, cudaStreamWaitEvent(cb->copy_stream, cb->queued, 0),
+                    "copy to host (async)");
+    LLMT_CUDA_CHECK(dev, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cb->copy_stream),
+                    "copy to host (async)");
+    LLMT_CUDA_CHECK(dev, cudaEventRecord(cb->fence[fence], cb->copy_stream),
+                    "copy to host (async)");
+    return LLMT_OK;
+}
+
+int llmt_cuda_wait_fence(llmt_device *dev, int fence)
+{
+    llmt_cuda_backend *cb = llmt_cuda(dev);
+    if (fence < 0 || fence >= LLMT_COPY_FENCES)
+        return cb->host->fail(LLMT_EINVAL, "CUDA wait for copies: fence = %d is not in 0..%d",
+                              fence, LLMT_COPY_FENCES - 1);
+    LLMT_CUDA_CHECK(dev, cudaStreamWaitEvent(cb->stream, cb->fence[fence], 0), "wait for copies");
     return LLMT_OK;
 }

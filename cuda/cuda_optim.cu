@@ -190,38 +190,57 @@ __device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float f, uint32_t rando
     return __nv_bfloat16(raw);
 }
 
-/* One AdamW element, as lib/ops/cpu/cpu_optim.c: WT the weights' (and
- * gradients') storage type, ST the moments'. */
+/* AdamW, as lib/ops/cpu/cpu_optim.c: WT the weights' (and gradients')
+ * storage type, ST the moments'. A thread updates a group of LLMT_GROUP
+ * elements at a time (16-byte accesses where aligned), each element with
+ * the CPU's arithmetic. */
 template <typename WT, typename ST>
 __global__ void adamw_kernel(llmt_adamw_args a)
 {
     WT *w = (WT *)a.w;
     const WT *gr = (const WT *)a.g;
     ST *ms = (ST *)a.m, *vs = (ST *)a.v;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float m = to_f32(ms[i]), v = to_f32(vs[i]);
-        float wv = a.master ? a.master[i] : to_f32(w[i]);
-        float g = to_f32(gr[i]);
-        g *= a.grad_factor;
-        wv *= 1.0f - a.lr * a.weight_decay;
-        m = a.beta1 * m + (1.0f - a.beta1) * g;
-        v = a.beta2 * v + (1.0f - a.beta2) * g * g;
-        const float denom = sqrtf(v) / sqrtf(a.bias_correction2) + a.eps;
-        const float nw = wv - (a.lr / a.bias_correction1) * m / denom;
-        ms[i] = from_f32<ST>(m);
-        vs[i] = from_f32<ST>(v);
-        if (a.master) {
-            a.master[i] = nw;
-            w[i] = from_f32<WT>(nw);
-        } else if (a.stochastic) {
-            /* Only BF16_PURE rounds stochastically (checked by the launcher). */
-            const uint32_t r = philox_value(a.seed, 3 /* LLMT_STREAM_ROUNDING */,
-                                            a.rng_offset + (uint64_t)i);
-            ((__nv_bfloat16 *)w)[i] = bf16_stochastic(nw, r);
-        } else {
-            w[i] = from_f32<WT>(nw);
+    for (int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * LLMT_GROUP; e < a.n;
+         e += (int64_t)gridDim.x * blockDim.x * LLMT_GROUP) {
+        const int n = group_len(e, a.n);
+        float m[LLMT_GROUP], v[LLMT_GROUP], wv[LLMT_GROUP], g[LLMT_GROUP];
+        load_group_f32(m, ms + e, n);
+        load_group_f32(v, vs + e, n);
+        if (a.master)
+            load_group(wv, a.master + e, n);
+        else
+            load_group_f32(wv, w + e, n);
+        load_group_f32(g, gr + e, n);
+        WT out[LLMT_GROUP];
+        __nv_bfloat16 rounded[LLMT_GROUP]; /* stochastic rounding's (w is bf16 then) */
+        const bool stochastic = !a.master && a.stochastic;
+#pragma unroll
+        for (int i = 0; i < LLMT_GROUP; i++) {
+            if (i >= n)
+                continue;
+            g[i] *= a.grad_factor;
+            wv[i] *= 1.0f - a.lr * a.weight_decay;
+            m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g[i];
+            v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g[i] * g[i];
+            const float denom = sqrtf(v[i]) / sqrtf(a.bias_correction2) + a.eps;
+            wv[i] = wv[i] - (a.lr / a.bias_correction1) * m[i] / denom;
+            if (stochastic) {
+                /* Only BF16_PURE rounds stochastically (checked by the launcher). */
+                const uint32_t r = philox_value(a.seed, 3 /* LLMT_STREAM_ROUNDING */,
+                                                a.rng_offset + (uint64_t)(e + i));
+                rounded[i] = bf16_stochastic(wv[i], r);
+            } else {
+                out[i] = from_f32<WT>(wv[i]);
+            }
         }
+        store_group_f32(ms + e, m, n);
+        store_group_f32(vs + e, v, n);
+        if (a.master)
+            store_group(a.master + e, wv, n);
+        if (stochastic)
+            store_group((__nv_bfloat16 *)w + e, rounded, n);
+        else
+            store_group(w + e, out, n);
     }
 }
 
@@ -230,7 +249,7 @@ int llmt_cuda_adamw(llmt_device *dev, const llmt_adamw_args *a)
     llmt_cuda_backend *cb = llmt_cuda(dev);
     if (a->n <= 0)
         return LLMT_OK;
-    const unsigned blocks = llmt_cuda_blocks(a->n, 256);
+    const unsigned blocks = llmt_cuda_blocks((a->n + LLMT_GROUP - 1) / LLMT_GROUP, 256);
     const int f32 = LLMT_DTYPE_F32, bf16 = LLMT_DTYPE_BF16, f16 = LLMT_DTYPE_F16;
     /* The combinations the CPU backend supports (the precision modes). */
     if (a->w_dt == f32 && a->state_dt == f32 && !a->master && !a->stochastic)
@@ -254,9 +273,18 @@ int llmt_cuda_adamw(llmt_device *dev, const llmt_adamw_args *a)
 
 template <typename T> __global__ void accumulate_kernel(float *sum, const T *x, int64_t n)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        sum[i] += to_f32(x[i]);
+    for (int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * LLMT_GROUP; e < n;
+         e += (int64_t)gridDim.x * blockDim.x * LLMT_GROUP) {
+        const int k = group_len(e, n);
+        float s[LLMT_GROUP], xv[LLMT_GROUP];
+        load_group(s, sum + e, k);
+        load_group_f32(xv, x + e, k);
+#pragma unroll
+        for (int i = 0; i < LLMT_GROUP; i++)
+            if (i < k)
+                s[i] += xv[i];
+        store_group(sum + e, s, k);
+    }
 }
 
 int llmt_cuda_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n, int dt)
@@ -265,8 +293,9 @@ int llmt_cuda_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n,
     if (n <= 0)
         return LLMT_OK;
     LLMT_CUDA_DISPATCH(dt, T,
-                       LLMT_LAUNCH(llmt_cuda_blocks(n, 256), 256, llmt_cuda(dev)->stream,
-                                   accumulate_kernel<T>)(sum, (const T *)x, n));
+                       LLMT_LAUNCH(llmt_cuda_blocks((n + LLMT_GROUP - 1) / LLMT_GROUP, 256), 256,
+                                   llmt_cuda(dev)->stream, accumulate_kernel<T>)(
+                           sum, (const T *)x, n));
     LLMT_CUDA_LAUNCHED(dev, "accumulate");
     return LLMT_OK;
 }

@@ -2,7 +2,11 @@
  * dtype conversion. Each computes in fp32 and rounds to nearest even on
  * store, with the CPU backend's expressions in the CPU's order; this file is
  * compiled without FMA contraction (CMakeLists.txt), so the element-wise
- * ops give the CPU's bits wherever the CPU uses the same functions. */
+ * ops give the CPU's bits wherever the CPU uses the same functions.
+ *
+ * Memory moves in groups of LLMT_GROUP elements (16-byte accesses where the
+ * group is whole and aligned, cuda_kernels.cuh); rows are indexed by
+ * multiplication and grid strides, with no 64-bit division in any loop. */
 #include "cuda_kernels.cuh"
 
 #define ROW_THREADS 256
@@ -19,8 +23,13 @@ __global__ void embedding_fwd_kernel(T *out, const T *table, const int32_t *ids,
     for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
         const T *src = table + (int64_t)ids[i] * d;
         T *dst = out + i * d;
-        for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-            dst[c] = src[c];
+        for (int64_t c = (int64_t)threadIdx.x * LLMT_GROUP; c < d;
+             c += (int64_t)blockDim.x * LLMT_GROUP) {
+            T v[LLMT_GROUP];
+            const int n = group_len(c, d);
+            load_group(v, src + c, n);
+            store_group(dst + c, v, n);
+        }
     }
 }
 
@@ -113,7 +122,9 @@ int llmt_cuda_embedding_bwd(llmt_device *dev, void *dtable, const void *dout, co
     return LLMT_OK;
 }
 
-/* ---- RMSNorm: one block per row */
+/* ---- RMSNorm: one block per row; thread t takes the row's groups t,
+ * t + blockDim.x, ... and sums its squares in column order, then the block
+ * tree adds the threads' sums (a fixed order: the same bits every run). */
 
 template <typename T>
 __global__ void __launch_bounds__(ROW_THREADS)
@@ -121,19 +132,34 @@ __global__ void __launch_bounds__(ROW_THREADS)
                        float eps)
 {
     __shared__ float red[32];
+    const int64_t c0 = (int64_t)threadIdx.x * LLMT_GROUP, step = (int64_t)blockDim.x * LLMT_GROUP;
     for (int64_t r = blockIdx.x; r < m; r += gridDim.x) {
         const T *xr = x + r * d;
         float ss = 0.0f;
-        for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-            float v = to_f32(xr[c]);
-            ss += v * v;
+        for (int64_t c = c0; c < d; c += step) {
+            float v[LLMT_GROUP];
+            const int n = group_len(c, d);
+            load_group_f32(v, xr + c, n);
+#pragma unroll
+            for (int i = 0; i < LLMT_GROUP; i++)
+                if (i < n)
+                    ss += v[i] * v[i];
         }
         ss = block_sum(ss, red);
         float rs = 1.0f / sqrtf(ss / (float)d + eps);
         if (threadIdx.x == 0)
             rstd[r] = rs;
-        for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-            out[r * d + c] = from_f32<T>(to_f32(xr[c]) * rs * to_f32(w[c]));
+        for (int64_t c = c0; c < d; c += step) {
+            float v[LLMT_GROUP], wv[LLMT_GROUP];
+            const int n = group_len(c, d);
+            load_group_f32(v, xr + c, n);
+            load_group_f32(wv, w + c, n);
+#pragma unroll
+            for (int i = 0; i < LLMT_GROUP; i++)
+                if (i < n)
+                    v[i] = v[i] * rs * wv[i];
+            store_group_f32(out + r * d + c, v, n);
+        }
     }
 }
 
@@ -144,52 +170,95 @@ __global__ void __launch_bounds__(ROW_THREADS)
                       int64_t d, int accumulate)
 {
     __shared__ float red[32];
+    const int64_t c0 = (int64_t)threadIdx.x * LLMT_GROUP, step = (int64_t)blockDim.x * LLMT_GROUP;
     for (int64_t r = blockIdx.x; r < m; r += gridDim.x) {
         const T *dr = dout + r * d, *xr = x + r * d;
+        T *dxr = dx + r * d;
         float s = 0.0f;
-        for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
-            s += to_f32(dr[c]) * to_f32(w[c]) * to_f32(xr[c]);
+        for (int64_t c = c0; c < d; c += step) {
+            float dv[LLMT_GROUP], wv[LLMT_GROUP], xv[LLMT_GROUP];
+            const int n = group_len(c, d);
+            load_group_f32(dv, dr + c, n);
+            load_group_f32(wv, w + c, n);
+            load_group_f32(xv, xr + c, n);
+#pragma unroll
+            for (int i = 0; i < LLMT_GROUP; i++)
+                if (i < n)
+                    s += dv[i] * wv[i] * xv[i];
+        }
         s = block_sum(s, red);
         const float rs = rstd[r];
         const float mean_gx = s * rs / (float)d;
-        for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-            float xhat = to_f32(xr[c]) * rs;
-            float g = to_f32(dr[c]) * to_f32(w[c]);
-            float v = rs * (g - xhat * mean_gx);
-            T *p = dx + r * d + c;
-            *p = from_f32<T>(accumulate ? to_f32(*p) + v : v);
+        for (int64_t c = c0; c < d; c += step) {
+            float dv[LLMT_GROUP], wv[LLMT_GROUP], xv[LLMT_GROUP], old[LLMT_GROUP];
+            const int n = group_len(c, d);
+            load_group_f32(dv, dr + c, n);
+            load_group_f32(wv, w + c, n);
+            load_group_f32(xv, xr + c, n);
+            if (accumulate)
+                load_group_f32(old, dxr + c, n);
+#pragma unroll
+            for (int i = 0; i < LLMT_GROUP; i++)
+                if (i < n) {
+                    float xhat = xv[i] * rs;
+                    float g = dv[i] * wv[i];
+                    float v = rs * (g - xhat * mean_gx);
+                    dv[i] = accumulate ? old[i] + v : v;
+                }
+            store_group_f32(dxr + c, dv, n);
         }
     }
 }
 
-/* partial[band][c] = sum over the band's rows, in row order, of dout x rstd. */
+/* partial[band][c] = sum over the band's rows, in row order, of dout x rstd;
+ * each thread owns one group of columns. */
 template <typename T>
 __global__ void rmsnorm_dw_partial_kernel(float *partial, const T *dout, const T *x,
                                           const float *rstd, int64_t m, int64_t d,
                                           int64_t band_rows)
 {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * LLMT_GROUP;
     const int64_t band = blockIdx.y;
     if (c >= d)
         return;
+    const int n = group_len(c, d);
     const int64_t r0 = band * band_rows, r1 = r0 + band_rows < m ? r0 + band_rows : m;
-    float acc = 0.0f;
-    for (int64_t r = r0; r < r1; r++)
-        acc += to_f32(dout[r * d + c]) * (to_f32(x[r * d + c]) * rstd[r]);
-    partial[band * d + c] = acc;
+    float acc[LLMT_GROUP];
+#pragma unroll
+    for (int i = 0; i < LLMT_GROUP; i++)
+        acc[i] = 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        float dv[LLMT_GROUP], xv[LLMT_GROUP];
+        load_group_f32(dv, dout + r * d + c, n);
+        load_group_f32(xv, x + r * d + c, n);
+        const float rs = rstd[r];
+#pragma unroll
+        for (int i = 0; i < LLMT_GROUP; i++)
+            if (i < n)
+                acc[i] += dv[i] * (xv[i] * rs);
+    }
+    store_group(partial + band * d + c, acc, n);
 }
 
-/* dw[c] += the bands' partials, in band order. */
+/* dw[c] += the bands' partials, in band order; a group of columns a thread. */
 template <typename T>
 __global__ void rmsnorm_dw_final_kernel(T *dw, const float *partial, int64_t d, int64_t bands)
 {
-    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t c = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * LLMT_GROUP;
     if (c >= d)
         return;
-    float v = to_f32(dw[c]);
-    for (int64_t b = 0; b < bands; b++)
-        v += partial[b * d + c];
-    dw[c] = from_f32<T>(v);
+    const int n = group_len(c, d);
+    float v[LLMT_GROUP];
+    load_group_f32(v, dw + c, n);
+    for (int64_t b = 0; b < bands; b++) {
+        float p[LLMT_GROUP];
+        load_group(p, partial + b * d + c, n);
+#pragma unroll
+        for (int i = 0; i < LLMT_GROUP; i++)
+            if (i < n)
+                v[i] += p[i];
+    }
+    store_group_f32(dw + c, v, n);
 }
 
 size_t llmt_cuda_rmsnorm_scratch(const llmt_op_dims *d)
@@ -224,7 +293,8 @@ int llmt_cuda_rmsnorm_bwd(llmt_device *dev, void *dx, void *dw, const void *dout
     float *partial = (float *)llmt_cuda_align_ptr(scratch);
     const int64_t band_rows = (m + RMS_BANDS - 1) / RMS_BANDS;
     const int64_t bands = (m + band_rows - 1) / band_rows;
-    const dim3 cols((unsigned)((d + ROW_THREADS - 1) / ROW_THREADS));
+    const int64_t groups = (d + LLMT_GROUP - 1) / LLMT_GROUP;
+    const dim3 cols((unsigned)((groups + ROW_THREADS - 1) / ROW_THREADS));
     const dim3 grid(cols.x, (unsigned)bands);
     LLMT_CUDA_DISPATCH(dt, T, {
         LLMT_LAUNCH(llmt_cuda_blocks(m, 1), ROW_THREADS, stream, rmsnorm_dx_kernel<T>)(
@@ -238,22 +308,25 @@ int llmt_cuda_rmsnorm_bwd(llmt_device *dev, void *dx, void *dw, const void *dout
     return LLMT_OK;
 }
 
-/* ---- RoPE: one thread per rotated pair */
+/* ---- RoPE: one block per row (its position taken once), a thread per
+ * rotated pair of the row's heads, 32-bit index arithmetic within the row */
 
 template <typename T>
-__global__ void rope_kernel(T *x, const float *cos_sin, int64_t m, int64_t seq, int64_t heads,
-                            int64_t head_dim, int64_t row_stride, float sign)
+__global__ void rope_kernel(T *x, const float *cos_sin, int64_t m, int64_t seq, uint32_t heads,
+                            uint32_t head_dim, int64_t row_stride, float sign)
 {
-    const int64_t half = head_dim / 2, total = m * heads * half;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = e % half, h = (e / half) % heads, r = e / (half * heads);
-        const int64_t pos = r % seq;
-        const float c = cos_sin[2 * pos * half + i], s = sign * cos_sin[(2 * pos + 1) * half + i];
-        T *v = x + r * row_stride + h * head_dim;
-        const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
-        v[i] = from_f32<T>(x1 * c - x2 * s);
-        v[i + half] = from_f32<T>(x2 * c + x1 * s);
+    const uint32_t half = head_dim / 2, pairs = heads * half;
+    for (int64_t r = blockIdx.x; r < m; r += gridDim.x) {
+        const float *cs = cos_sin + 2 * (r % seq) * half; /* cosines, then sines */
+        T *row = x + r * row_stride;
+        for (uint32_t e = threadIdx.x; e < pairs; e += blockDim.x) {
+            const uint32_t h = e / half, i = e - h * half;
+            const float c = cs[i], s = sign * cs[half + i];
+            T *v = row + h * head_dim;
+            const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
+            v[i] = from_f32<T>(x1 * c - x2 * s);
+            v[i + half] = from_f32<T>(x2 * c + x1 * s);
+        }
     }
 }
 
@@ -265,53 +338,85 @@ int llmt_cuda_rope(llmt_device *dev, void *x, const float *cos_sin, int64_t m, i
     if (total <= 0)
         return LLMT_OK;
     LLMT_CUDA_DISPATCH(dt, T,
-                       LLMT_LAUNCH(llmt_cuda_blocks(total, ROW_THREADS), ROW_THREADS,
-                                   llmt_cuda(dev)->stream, rope_kernel<T>)(
-                           (T *)x, cos_sin, m, seq, heads, head_dim, row_stride,
-                           inverse ? -1.0f : 1.0f));
+                       LLMT_LAUNCH(llmt_cuda_blocks(m, 1), ROW_THREADS, llmt_cuda(dev)->stream,
+                                   rope_kernel<T>)((T *)x, cos_sin, m, seq, (uint32_t)heads,
+                                                   (uint32_t)head_dim, row_stride,
+                                                   inverse ? -1.0f : 1.0f));
     LLMT_CUDA_LAUNCHED(dev, "rope");
     return LLMT_OK;
 }
 
-/* ---- SwiGLU: out = silu(g) u, silu(g) = g sigmoid(g), rows [g | u] */
+/* ---- SwiGLU: out = silu(g) u, silu(g) = g sigmoid(g), rows [g | u]; rows
+ * on the grid's y, groups of columns on x. Not fused further: the gate and
+ * up products come from one GEMM and the down product is cuBLASLt's, which
+ * has no SwiGLU prologue or epilogue, so this is one read and one write. */
+
+/* The launch of a [m, f] SwiGLU kernel. */
+static dim3 swiglu_grid(int64_t m, int64_t f)
+{
+    return dim3(llmt_cuda_blocks((f + LLMT_GROUP - 1) / LLMT_GROUP, ROW_THREADS),
+                (unsigned)(m < 65535 ? m : 65535));
+}
 
 template <typename T>
 __global__ void swiglu_fwd_kernel(T *out, const T *gu, int64_t m, int64_t f)
 {
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * f;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / f, i = e % f;
-        const float g = to_f32(gu[r * 2 * f + i]), u = to_f32(gu[r * 2 * f + f + i]);
-        const float sig = 1.0f / (1.0f + expf(-g));
-        out[e] = from_f32<T>(g * sig * u);
-    }
+    const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * LLMT_GROUP;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x * LLMT_GROUP;
+    for (int64_t r = blockIdx.y; r < m; r += gridDim.y)
+        for (int64_t j = j0; j < f; j += step) {
+            const T *gr = gu + r * 2 * f + j;
+            float g[LLMT_GROUP], u[LLMT_GROUP];
+            const int n = group_len(j, f);
+            load_group_f32(g, gr, n);
+            load_group_f32(u, gr + f, n);
+#pragma unroll
+            for (int i = 0; i < LLMT_GROUP; i++)
+                if (i < n) {
+                    const float sig = 1.0f / (1.0f + expf(-g[i]));
+                    g[i] = g[i] * sig * u[i];
+                }
+            store_group_f32(out + r * f + j, g, n);
+        }
 }
 
 template <typename T>
 __global__ void swiglu_bwd_kernel(T *dgu, const T *dout, const T *gu, int64_t m, int64_t f)
 {
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * f;
-         e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / f, i = e % f;
-        const float g = to_f32(gu[r * 2 * f + i]), u = to_f32(gu[r * 2 * f + f + i]);
-        const float d = to_f32(dout[e]);
-        const float sig = 1.0f / (1.0f + expf(-g));
-        const float silu = g * sig;
-        dgu[r * 2 * f + i] = from_f32<T>(d * u * sig * (1.0f + g * (1.0f - sig)));
-        dgu[r * 2 * f + f + i] = from_f32<T>(d * silu);
-    }
+    const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * LLMT_GROUP;
+    const int64_t step = (int64_t)gridDim.x * blockDim.x * LLMT_GROUP;
+    for (int64_t r = blockIdx.y; r < m; r += gridDim.y)
+        for (int64_t j = j0; j < f; j += step) {
+            const T *gr = gu + r * 2 * f + j;
+            T *dr = dgu + r * 2 * f + j;
+            float g[LLMT_GROUP], u[LLMT_GROUP], d[LLMT_GROUP];
+            const int n = group_len(j, f);
+            load_group_f32(g, gr, n);
+            load_group_f32(u, gr + f, n);
+            load_group_f32(d, dout + r * f + j, n);
+#pragma unroll
+            for (int i = 0; i < LLMT_GROUP; i++)
+                if (i < n) {
+                    const float sig = 1.0f / (1.0f + expf(-g[i]));
+                    const float silu = g[i] * sig;
+                    const float dg = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+                    u[i] = d[i] * silu;
+                    g[i] = dg;
+                }
+            store_group_f32(dr, g, n);
+            store_group_f32(dr + f, u, n);
+        }
 }
 
 int llmt_cuda_swiglu_fwd(llmt_device *dev, void *out, const void *gate_up, int64_t m, int64_t f,
                          int dt)
 {
     LLMT_CUDA_CHECK_DT(dev, dt, "swiglu_fwd");
-    if (m * f <= 0)
+    if (m <= 0 || f <= 0)
         return LLMT_OK;
     LLMT_CUDA_DISPATCH(dt, T,
-                       LLMT_LAUNCH(llmt_cuda_blocks(m * f, ROW_THREADS), ROW_THREADS,
-                                   llmt_cuda(dev)->stream, swiglu_fwd_kernel<T>)(
-                           (T *)out, (const T *)gate_up, m, f));
+                       LLMT_LAUNCH(swiglu_grid(m, f), ROW_THREADS, llmt_cuda(dev)->stream,
+                                   swiglu_fwd_kernel<T>)((T *)out, (const T *)gate_up, m, f));
     LLMT_CUDA_LAUNCHED(dev, "swiglu_fwd");
     return LLMT_OK;
 }
@@ -320,30 +425,39 @@ int llmt_cuda_swiglu_bwd(llmt_device *dev, void *dgate_up, const void *dout, con
                          int64_t m, int64_t f, int dt)
 {
     LLMT_CUDA_CHECK_DT(dev, dt, "swiglu_bwd");
-    if (m * f <= 0)
+    if (m <= 0 || f <= 0)
         return LLMT_OK;
     LLMT_CUDA_DISPATCH(dt, T,
-                       LLMT_LAUNCH(llmt_cuda_blocks(m * f, ROW_THREADS), ROW_THREADS,
-                                   llmt_cuda(dev)->stream, swiglu_bwd_kernel<T>)(
-                           (T *)dgate_up, (const T *)dout, (const T *)gate_up, m, f));
+                       LLMT_LAUNCH(swiglu_grid(m, f), ROW_THREADS, llmt_cuda(dev)->stream,
+                                   swiglu_bwd_kernel<T>)((T *)dgate_up, (const T *)dout,
+                                                         (const T *)gate_up, m, f));
     LLMT_CUDA_LAUNCHED(dev, "swiglu_bwd");
     return LLMT_OK;
 }
 
 /* ---- residual add and dtype conversion */
 
-template <typename T> __global__ void add_kernel(T *y, const T *x, int64_t n)
+/* y += x, a group of elements per thread and grid stride; X is T or fp32. */
+template <typename T, typename X> __global__ void add_kernel(T *y, const X *x, int64_t n)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = from_f32<T>(to_f32(y[i]) + to_f32(x[i]));
+    for (int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * LLMT_GROUP; e < n;
+         e += (int64_t)gridDim.x * blockDim.x * LLMT_GROUP) {
+        float yv[LLMT_GROUP], xv[LLMT_GROUP];
+        const int k = group_len(e, n);
+        load_group_f32(yv, y + e, k);
+        load_group_f32(xv, x + e, k);
+#pragma unroll
+        for (int i = 0; i < LLMT_GROUP; i++)
+            if (i < k)
+                yv[i] = yv[i] + xv[i];
+        store_group_f32(y + e, yv, k);
+    }
 }
 
-template <typename T> __global__ void add_f32_kernel(T *y, const float *x, int64_t n)
+/* Blocks of a grid-stride loop over the groups of n elements. */
+static unsigned group_blocks(int64_t n)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = from_f32<T>(to_f32(y[i]) + x[i]);
+    return llmt_cuda_blocks((n + LLMT_GROUP - 1) / LLMT_GROUP, ROW_THREADS);
 }
 
 __global__ void cast_kernel(void *dst, int dst_dt, const void *src, int src_dt, int64_t n)
@@ -359,8 +473,8 @@ int llmt_cuda_add(llmt_device *dev, void *y, const void *x, int64_t n, int dt)
     if (n <= 0)
         return LLMT_OK;
     LLMT_CUDA_DISPATCH(dt, T,
-                       LLMT_LAUNCH(llmt_cuda_blocks(n, ROW_THREADS), ROW_THREADS,
-                                   llmt_cuda(dev)->stream, add_kernel<T>)((T *)y, (const T *)x, n));
+                       LLMT_LAUNCH(group_blocks(n), ROW_THREADS, llmt_cuda(dev)->stream,
+                                   add_kernel<T, T>)((T *)y, (const T *)x, n));
     LLMT_CUDA_LAUNCHED(dev, "add");
     return LLMT_OK;
 }
@@ -371,8 +485,8 @@ int llmt_cuda_add_f32(llmt_device *dev, void *y, const float *x, int64_t n, int 
     if (n <= 0)
         return LLMT_OK;
     LLMT_CUDA_DISPATCH(dt, T,
-                       LLMT_LAUNCH(llmt_cuda_blocks(n, ROW_THREADS), ROW_THREADS,
-                                   llmt_cuda(dev)->stream, add_f32_kernel<T>)((T *)y, x, n));
+                       LLMT_LAUNCH(group_blocks(n), ROW_THREADS, llmt_cuda(dev)->stream,
+                                   add_kernel<T, float>)((T *)y, x, n));
     LLMT_CUDA_LAUNCHED(dev, "add");
     return LLMT_OK;
 }

@@ -1,7 +1,7 @@
 /* llmt-train: train a LLaMA model from a YAML configuration, with
  * checkpoints, adaptive memory and automatic resume.
  *
- *   llmt-train [--config FILE] [--out DIR] [--steps N]
+ *   llmt-train [--config FILE] [--out DIR] [--steps N] [--data-parallel]
  *              [--resume | --no-resume | --start-over] [KEY=VALUE...]
  *   llmt-train --help | --version
  *
@@ -24,7 +24,9 @@
  * launch backs), each process is one rank of a data-parallel run
  * (train_cli/launch.c, docs/distributed.md): rank 0 alone prints progress,
  * locks and writes DIR; each rank's errors reach stderr as "rank N: ..."; the
- * ranks agree on a stop signal and stop after the same step. */
+ * ranks agree on a stop signal and stop after the same step. On the cuda
+ * backend the ranks train over an NCCL communicator (train_cli/nccl_comm.c),
+ * MPI carrying its id. --data-parallel trains so even as one rank. */
 #define _DEFAULT_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -127,7 +129,7 @@ static int stopped_status(void)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " [--config FILE] [--out DIR] [--steps N]\n"
+            "usage: " PROG " [--config FILE] [--out DIR] [--steps N] [--data-parallel]\n"
             "                  [--resume | --no-resume | --start-over] [KEY=VALUE...]\n"
             "Trains the embedded default configuration on Debian's licence texts unless\n"
             "--config is given; DIR (default runs/demo, created with its parents) holds\n"
@@ -139,6 +141,9 @@ static void usage(FILE *f)
             "  --start-over  train from step 0 although DIR holds checkpoints, none of\n"
             "                which verifies (refused when one does); they are renamed\n"
             "                step-N.refused-XXXXXX and kept\n"
+            "  --data-parallel  train as a data-parallel run (sharded optimizer and\n"
+            "                checkpoints) even as one process, over MPI on the cpu\n"
+            "                backend and NCCL on cuda; under mpirun/srun it always is\n"
             "  --version     print the library version\n"
             "SIGINT and SIGTERM save a checkpoint and stop (exit 130, 143).\n");
 }
@@ -146,6 +151,13 @@ static void usage(FILE *f)
 static int die(const char *what)
 {
     fprintf(stderr, PROG ": %s: %s\n", what, llmt_error_last());
+    return 1;
+}
+
+/* die, naming the status too (LLMT_ECUDA's "CUDA error"). */
+static int die_status(const char *what, int status)
+{
+    fprintf(stderr, PROG ": %s: %s: %s\n", what, llmt_status_string(status), llmt_error_last());
     return 1;
 }
 
@@ -204,6 +216,7 @@ typedef struct options {
     const char *config, *out;
     int64_t steps; /* -1: the configuration's */
     int resume, no_resume, start_over;
+    int data_parallel; /* --data-parallel */
 } options;
 
 /* Parses argv into o and the configuration: file (or the default), then the
@@ -213,7 +226,7 @@ typedef struct options {
 #define GO_ON (-1)
 static int parse_command_line(int argc, char **argv, options *o, llmt_train_config *cfg)
 {
-    *o = (options){NULL, "runs/demo", -1, 0, 0, 0};
+    *o = (options){NULL, "runs/demo", -1, 0, 0, 0, 0};
     cli_option opts[] = {
         CLI_OPT_STRING("--config", &o->config),
         CLI_OPT_STRING("--out", &o->out),
@@ -221,6 +234,7 @@ static int parse_command_line(int argc, char **argv, options *o, llmt_train_conf
         CLI_OPT_FLAG("--resume", &o->resume),
         CLI_OPT_FLAG("--no-resume", &o->no_resume),
         CLI_OPT_FLAG("--start-over", &o->start_over),
+        CLI_OPT_FLAG("--data-parallel", &o->data_parallel),
     };
     static const char *const exclusive[][2] = {
         {"--resume", "--no-resume"}, {"--resume", "--start-over"}, {"--no-resume", "--start-over"}};
@@ -406,21 +420,6 @@ static int prepare_run_dir(const options *o, llmt_train_config *cfg, int *defaul
     return any_failed(bad, "preparing the run directory") ? -1 : 0;
 }
 
-/* Data-parallel on CUDA needs an NCCL communicator, which llmt-train does
- * not make (it makes an MPI one): refused before anything is created, the
- * same on every rank (they share the configuration). 0, or 1 reported. */
-static int check_backend_ranks(const llmt_train_config *cfg)
-{
-    if (L.world < 2 || cfg->backend != LLMT_BACKEND_CUDA)
-        return 0;
-    fprintf(stderr, PROG ": train.backend is cuda with %d ranks, but llmt-train trains "
-            "data-parallel on the cpu backend only: it makes an MPI communicator, and the "
-            "library's data-parallel training on CUDA takes an NCCL one, which llmt-train does "
-            "not make yet (docs/distributed.md); run one rank, or train.backend: cpu\n",
-            L.world);
-    return 1;
-}
-
 /* The run, once the launch is known; returns the exit status. */
 static int run(int argc, char **argv)
 {
@@ -431,8 +430,9 @@ static int run(int argc, char **argv)
         return rc == GO_ON ? 1 : rc;
     if (rc != GO_ON) /* --help, --version */
         return rc;
-    if (check_backend_ranks(&cfg))
-        return 2;
+    /* One process trained data-parallel on the cpu backend: MPI's communicator of one. */
+    if (o.data_parallel && cfg.backend != LLMT_BACKEND_CUDA && (rc = launch_start_alone(&L)))
+        return rc;
     int device = pick_device(&cfg);
     int default_fast_dir = 0;
     if (prepare_run_dir(&o, &cfg, &default_fast_dir))
@@ -451,14 +451,25 @@ static int run(int argc, char **argv)
     llmt_trainer *tr = NULL;
     rc = llmt_context_create(&ctx, &cc);
     if (any_failed(rc != LLMT_OK, "creating the context"))
-        return rc ? die("context") : 1;
-    if (any_failed(L.rank == 0 && check_existing(ctx, &o, &cfg), "checking the checkpoints")) {
+        return rc ? die_status("context", rc) : 1;
+    /* Data-parallel on CUDA: the library's trainer takes an NCCL
+     * communicator (device memory); MPI's stays for llmt-train's own. */
+    llmt_comm *nccl = NULL;
+    if (cfg.backend == LLMT_BACKEND_CUDA && (L.comm || o.data_parallel) &&
+        nccl_comm_create(&L, ctx, device, &nccl)) {
         llmt_context_free(ctx);
         return 1;
     }
-    if (llmt_trainer_create_from_config_dist(&tr, ctx, &cfg, L.comm)) { /* agreed by the ranks */
+    llmt_comm *comm = nccl ? nccl : L.comm;
+    rc = 0;
+    if (any_failed(L.rank == 0 && check_existing(ctx, &o, &cfg), "checking the checkpoints"))
+        rc = 1;
+    else if (llmt_trainer_create_from_config_dist(&tr, ctx, &cfg, comm)) /* agreed by the ranks */
+        rc = die("setup");
+    if (rc) {
+        llmt_comm_free(nccl);
         llmt_context_free(ctx);
-        return die("setup");
+        return rc;
     }
     llmt_trainer_set_log(tr, on_log, NULL);
     int64_t from = -1;
@@ -469,9 +480,10 @@ static int run(int argc, char **argv)
         printf("interrupted before training started: nothing trained\n");
     } else if (!rc) {
         double h = unigram_entropy(cfg.val_data);
-        char ranks[32] = "";
-        if (L.world > 1)
-            snprintf(ranks, sizeof ranks, ", %d ranks", L.world);
+        char ranks[48] = "";
+        if (comm)
+            snprintf(ranks, sizeof ranks, ", %d rank%s%s", L.world, L.world > 1 ? "s" : "",
+                     nccl ? " over NCCL" : "");
         printf("%s: %lld parameters, %s%s; %s at step %lld of %lld; byte unigram entropy of the "
                "held-out text %.3f nats\n", PROG, (long long)llmt_model_num_params(llmt_trainer_model(tr)),
                o.config ? o.config : "default config", ranks, from >= 0 ? "resuming" : "starting",
@@ -485,6 +497,7 @@ static int run(int argc, char **argv)
     }
     long long last_step = (long long)llmt_trainer_step_index(tr);
     llmt_trainer_free(tr); /* waits for a fast save in flight; closes the metrics file */
+    llmt_comm_free(nccl);  /* before its context */
     llmt_context_free(ctx);
     if (!rc && !isnan(final_loss) && cfg.metrics[0] && L.rank == 0)
         rc = append_final_eval(cfg.metrics, last_step, final_loss) ? 1 : 0;

@@ -28,11 +28,23 @@ install_python_packages() {
         --break-system-packages --root-user-action=ignore tokenizers==0.23.3
 }
 
+# Where nvcc is: the cuDNN frontend's headers (pinned pip wheel, from PyPI)
+# in .gpu-deps/cudnn-frontend/include, for the CUDA plugin's cuDNN attention
+# (tests/gpu/gpu_deps.sh; cuda/CMakeLists.txt finds them there).
+install_cudnn_frontend() {
+    command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+    local root
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    # shellcheck source=tests/gpu/gpu_deps.sh
+    . "$root/tests/gpu/gpu_deps.sh"
+    gpu_deps_cudnn_frontend "$root/.gpu-deps/cudnn-frontend"
+}
+
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && { install_python_packages; exit 0; }
+[ ${#missing[@]} -eq 0 ] && { install_python_packages; install_cudnn_frontend; exit 0; }
 
 echo "install-deps: installing ${missing[*]}"
 sudo=""
@@ -44,3 +56,4 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 install_python_packages
+install_cudnn_frontend

@@ -1,7 +1,9 @@
 /* llmt-train under a launcher: which rank of how many this process is, as
  * the environment of mpirun/mpiexec, Slurm or a torchrun-style launcher
  * says; MPI started and checked against it; the library's communicator
- * over MPI (llmt/comm_mpi.h); every stderr line tagged with the rank.
+ * over MPI (llmt/comm_mpi.h), also for one process (--data-parallel); every
+ * stderr line tagged with the rank; the ranks' agreements (a bounded one
+ * where a rank may never arrive) and rank 0's broadcast (the NCCL id).
  * Built without MPI (LLMT_TRAIN_HAVE_MPI undefined), a multi-rank launch is
  * refused. docs/distributed.md describes the launches. */
 #define _GNU_SOURCE /* fopencookie */
@@ -161,32 +163,11 @@ static int world_any(int flag)
     return any;
 }
 
-int launch_start(launch *l, int *argc, char ***argv)
+/* After MPI_Init of a rank (provided: the thread level MPI gives): the
+ * node-local rank, the library's communicator over MPI, stderr tagged and,
+ * off rank 0, stdout discarded. 0, or 1 agreed by the ranks (reported). */
+static int join_ranks(launch *l, int rank, int provided)
 {
-    if (l->world == 1)
-        return 0;
-    int provided = 0, size = 0, rank = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, PROG ": rank %d: MPI_Init failed (%s)\n", l->rank, l->how);
-        return 1;
-    }
-    l->mpi_started = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (size == 1) { /* alone: no other rank to agree with */
-        fprintf(stderr, PROG ": the environment (%s) says %d ranks, but MPI started this "
-                "process alone: llmt-train joins its ranks through MPI, so start them with "
-                "`mpirun -n %d " PROG " ...` or `srun --mpi=pmix -n %d " PROG " ...`; torchrun "
-                "cannot start it (docs/distributed.md)\n", l->how, l->world, l->world, l->world);
-        return 2;
-    }
-    int bad = size != l->world || rank != l->rank;
-    if (bad)
-        fprintf(stderr, PROG ": rank %d: MPI says rank %d of %d, but the environment (%s) says "
-                "rank %d of %d: launch with one launcher\n", rank, rank, size, l->how, l->rank,
-                l->world);
-    if (world_any(bad))
-        return 2;
     if (provided < MPI_THREAD_SERIALIZED) {
         fprintf(stderr, PROG ": rank %d: the MPI library gives thread level %d, below "
                 "MPI_THREAD_SERIALIZED (%d) which llmt-train asks for\n", rank, provided,
@@ -218,6 +199,54 @@ int launch_start(launch *l, int *argc, char ***argv)
     return 0;
 }
 
+int launch_start(launch *l, int *argc, char ***argv)
+{
+    if (l->world == 1)
+        return 0;
+    int provided = 0, size = 0, rank = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, PROG ": rank %d: MPI_Init failed (%s)\n", l->rank, l->how);
+        return 1;
+    }
+    l->mpi_started = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (size == 1) { /* alone: no other rank to agree with */
+        fprintf(stderr, PROG ": the environment (%s) says %d ranks, but MPI started this "
+                "process alone: llmt-train joins its ranks through MPI, so start them with "
+                "`mpirun -n %d " PROG " ...` or `srun --mpi=pmix -n %d " PROG " ...`; torchrun "
+                "cannot start it (docs/distributed.md)\n", l->how, l->world, l->world, l->world);
+        return 2;
+    }
+    int bad = size != l->world || rank != l->rank;
+    if (bad)
+        fprintf(stderr, PROG ": rank %d: MPI says rank %d of %d, but the environment (%s) says "
+                "rank %d of %d: launch with one launcher\n", rank, rank, size, l->how, l->rank,
+                l->world);
+    if (world_any(bad))
+        return 2;
+    return join_ranks(l, rank, provided);
+}
+
+int launch_start_alone(launch *l)
+{
+    if (l->comm)
+        return 0;
+    int provided = 0, size = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, PROG ": --data-parallel: MPI_Init failed (%s)\n", l->how);
+        return 1;
+    }
+    l->mpi_started = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 1) { /* a launcher whose variables launch_detect does not know */
+        fprintf(stderr, PROG ": --data-parallel: MPI says %d ranks, but the environment names "
+                "no launch of them (docs/distributed.md)\n", size);
+        return 2;
+    }
+    return join_ranks(l, 0, provided);
+}
+
 int launch_max(const launch *l, int value)
 {
     if (!l->adapter)
@@ -230,6 +259,18 @@ int launch_max(const launch *l, int value)
         return value ? value : -1;
     }
     return (int)v;
+}
+
+int launch_broadcast(const launch *l, void *buf, size_t bytes)
+{
+    if (!l->adapter)
+        return 0;
+    llmt_comm_mpi *m = l->adapter;
+    if (m->ops.broadcast(m->ops.user, buf, bytes, 0) != MPI_SUCCESS) {
+        fprintf(stderr, PROG ": cannot receive rank 0's data (the MPI broadcast failed)\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* Waits for req; when this rank failed, for at most LAUNCH_END_WAIT_S
@@ -249,6 +290,22 @@ static int wait_bounded(MPI_Request *req, int failed)
     return -1;
 }
 
+int launch_max_bounded(const launch *l, int value, int exit_status)
+{
+    if (!l->mpi_started)
+        return value;
+    int worst = value;
+    MPI_Request req;
+    if (MPI_Iallreduce(&value, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req) != MPI_SUCCESS ||
+        wait_bounded(&req, value != 0)) {
+        fprintf(stderr, PROG ": the other ranks did not answer within %d s of this rank's failure: "
+                "ending the job\n", LAUNCH_END_WAIT_S);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, exit_status);
+    }
+    return worst;
+}
+
 int launch_end(launch *l, int status)
 {
     if (l->adapter)
@@ -257,15 +314,7 @@ int launch_end(launch *l, int status)
     l->comm = NULL;
     if (!l->mpi_started)
         return status;
-    int mine = status, worst = 0;
-    MPI_Request req;
-    if (MPI_Iallreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req) != MPI_SUCCESS ||
-        wait_bounded(&req, status != 0)) {
-        fprintf(stderr, PROG ": the other ranks did not end within %d s of this rank's failure: "
-                "ending the job\n", LAUNCH_END_WAIT_S);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
-    }
+    launch_max_bounded(l, status, status ? status : 1);
     MPI_Finalize();
     l->mpi_started = 0;
     return status;
@@ -286,10 +335,33 @@ int launch_start(launch *l, int *argc, char ***argv)
     return 2;
 }
 
+int launch_start_alone(launch *l)
+{
+    (void)l;
+    fprintf(stderr, PROG ": --data-parallel on the cpu backend trains over MPI, but this " PROG
+            " was built without it: rebuild with MPI found (Debian: openmpi-bin "
+            "libopenmpi-dev; see docs/distributed.md)\n");
+    return 2;
+}
+
 int launch_max(const launch *l, int value)
 {
     (void)l;
     return value;
+}
+
+int launch_max_bounded(const launch *l, int value, int exit_status)
+{
+    (void)l, (void)exit_status;
+    return value;
+}
+
+int launch_broadcast(const launch *l, void *buf, size_t bytes)
+{
+    (void)l;
+    (void)buf;
+    (void)bytes;
+    return 0;
 }
 
 int launch_end(launch *l, int status)

@@ -100,18 +100,47 @@ int launch_detect(launch *l);
  * a message on stderr. Call launch_end afterwards whatever it returned. */
 int launch_start(launch *l, int *argc, char ***argv);
 
+/* For --data-parallel in a world of one: initialises MPI (under `mpiexec
+ * -n 1` or as a singleton) and fills l->comm, a communicator of one rank,
+ * as launch_start does for more. Nothing when l->comm is already there.
+ * 0; 2 without MPI in this build or when MPI says more ranks than the
+ * environment; 1 when MPI fails; each with a message on stderr. */
+int launch_start_alone(launch *l);
+
 /* The largest of value over all ranks (value itself for a single process):
  * how the ranks agree that one of them asked to stop. When the ranks
  * cannot reach each other, value, or -1 when it is 0 (with a message). */
 int launch_max(const launch *l, int value);
 
+/* launch_max for a point that a rank may fail to reach (one stuck in
+ * NCCL's join while another failed before it): a rank passing a nonzero
+ * value waits for the others at most LAUNCH_END_WAIT_S seconds, then ends
+ * the job (MPI_Abort with exit_status, saying so). The largest value. */
+int launch_max_bounded(const launch *l, int value, int exit_status);
+
+/* Rank 0's bytes buf[0..bytes) replace buf on every rank (nothing for a
+ * single process). 0, or -1 with a message on stderr. */
+int launch_broadcast(const launch *l, void *buf, size_t bytes);
+
 /* Ends the launch with this process's exit status, which it returns:
- * releases the communicator and finalizes MPI if launch_start started it.
- * The ranks first agree on their statuses; a rank that failed waits for
- * the others at most LAUNCH_END_WAIT_S seconds (a rank that failed alone
- * leaves the others blocked in a collective) and then aborts the job
- * (MPI_Abort), so no rank hangs. */
+ * releases the communicator and finalizes MPI if launch_start (or
+ * launch_start_alone) started it. The ranks first agree on their statuses
+ * (launch_max_bounded: a rank that failed alone leaves the others blocked
+ * in a collective, so it waits at most LAUNCH_END_WAIT_S seconds and then
+ * aborts the job), so no rank hangs. */
 #define LAUNCH_END_WAIT_S 30
 int launch_end(launch *l, int status);
+
+/* ---- nccl_comm.c */
+
+/* For train.backend cuda trained data-parallel (l->comm, or a world of one
+ * with --data-parallel): this rank's NCCL communicator on ctx (opened on
+ * CUDA device `device`, named in messages), which the
+ * library's trainer then takes. Rank 0 makes the unique id, the launch's
+ * (MPI) communicator carries it to the others, every rank joins; the
+ * ranks agree on the outcome (launch_max_bounded). 0 with *out (free it
+ * before ctx), or 1 on every rank with a message on stderr: the failing
+ * rank's own (status and reason), the others naming that rank. */
+int nccl_comm_create(const launch *l, llmt_context *ctx, int device, llmt_comm **out);
 
 #endif

@@ -37,7 +37,6 @@ int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next)
     void *scratch = (char *)m->work.ptr + m->layout.scratch;
     void *x = llmt_act_ptr(m, l, ACT_X), *xmid = llmt_act_ptr(m, l, ACT_XMID);
     void *gu = llmt_act_ptr(m, l, ACT_GU), *s = llmt_act_ptr(m, l, ACT_S);
-    size_t row_bytes = (size_t)(M * d->d) * llmt_dtype_size(dt);
 
     if (from == FWD_LAYER) {
         void *h1 = llmt_act_ptr(m, l, ACT_H1), *qkv = llmt_act_ptr(m, l, ACT_QKV);
@@ -50,10 +49,9 @@ int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next)
                       d->head_dim, d->qkv_dim, 0, dt));
         llmt_attn_dims ad = {m->run_batch, m->run_seq, d->heads, d->kv_heads, d->head_dim};
         LLMT_TRY(ops->attention_fwd(m->dev, att, llmt_act_ptr(m, l, ACT_ATTN), qkv, &ad, dt, scratch));
-        /* xmid = x + att Wo^T */
-        LLMT_TRY(ops->copy_on_device(m->dev, xmid, x, row_bytes));
-        LLMT_TRY(ops->gemm(m->dev, 0, 1, M, d->d, d->att_dim, 1.0f, att, d->att_dim, w_at(m, o->wo),
-                      d->att_dim, 1.0f, xmid, d->d, dt, scratch));
+        /* xmid = x + att Wo^T: the residual add in the product's epilogue */
+        LLMT_TRY(ops->gemm_cd(m->dev, 0, 1, M, d->d, d->att_dim, 1.0f, att, d->att_dim,
+                              w_at(m, o->wo), d->att_dim, 1.0f, x, d->d, xmid, d->d, dt, scratch));
     }
     if (from <= FWD_FFN) {
         void *h2 = llmt_act_ptr(m, l, ACT_H2);
@@ -65,9 +63,8 @@ int llmt_layer_forward(llmt_model *m, int64_t l, int from, int want_next)
     LLMT_TRY(ops->swiglu_fwd(m->dev, s, gu, M, d->ffn, dt));
     if (want_next) { /* x_next = xmid + s Wdown^T */
         void *x_next = llmt_act_ptr(m, l + 1, ACT_X);
-        LLMT_TRY(ops->copy_on_device(m->dev, x_next, xmid, row_bytes));
-        LLMT_TRY(ops->gemm(m->dev, 0, 1, M, d->d, d->ffn, 1.0f, s, d->ffn, w_at(m, o->wdown), d->ffn,
-                      1.0f, x_next, d->d, dt, scratch));
+        LLMT_TRY(ops->gemm_cd(m->dev, 0, 1, M, d->d, d->ffn, 1.0f, s, d->ffn, w_at(m, o->wdown),
+                              d->ffn, 1.0f, xmid, d->d, x_next, d->d, dt, scratch));
     }
     return LLMT_OK;
 }
@@ -157,7 +154,7 @@ static int run_head(llmt_model *m, const int32_t *targets_dev, int want_grad,
         .m = M,
         .d = m->dims.d,
         .vocab = m->dims.vocab,
-        .chunk = LLMT_CE_CHUNK < M ? LLMT_CE_CHUNK : M,
+        .chunk = m->ops->ce_chunk(M, m->dims.vocab), /* as the layout sized scratch */
         .dt = m->dt,
         .want_grad = want_grad,
         .grad_scale = row_grad_scale,

@@ -1,6 +1,29 @@
 /* Gradient placement: moving the gradients between placements, the device
  * bucket through which backward writes the offloaded ones, and reading and
- * writing them across the host and device segments. */
+ * writing them across the host and device segments.
+ *
+ * Overlap (a backend with copy_to_host_async: CUDA). The device bucket has
+ * two slots, and bucket b is always written in slot b % 2; backward visits
+ * the buckets in descending order, so consecutive ones alternate, and the
+ * store of bucket b to host memory (copy stream) runs while the ops of
+ * bucket b - 1 write the other slot (compute stream). Nothing here waits on
+ * the host. What keeps it race-free (the emulator runs the copy stream's
+ * copies only when waited for, so a missing wait changes bits there):
+ *  1. A store reads its slot after the ops that wrote the bucket: the copy
+ *     starts after every op queued before copy_to_host_async.
+ *  2. No op writes slot k while a store from it may run: every store from k
+ *     marks fence k, and every load into k (the only writer before the
+ *     bucket's ops) first waits for fence k; the optimizer's uploads for
+ *     the norm (into slot 0) come after llmt_grads_settle (4).
+ *  3. A load of bucket b reads b's host bytes after b's last store: that
+ *     store came from slot b % 2 (b's only slot) and marked fence b % 2,
+ *     which the load waits for; the upload itself runs on the compute
+ *     stream, after that wait.
+ *  4. The host reads and writes host_grads only after llmt_grads_settle,
+ *     which waits for both streams; frees wait for them too.
+ * Two buckets of the same parity in a row (a tied LM head's bucket 0, then
+ * an even tail bucket) are still correct: the load waits for the store just
+ * queued, which then does not overlap. */
 #include <string.h>
 
 #include "core/error.h"
@@ -13,14 +36,22 @@ static size_t grad_es(const llmt_model *m)
     return llmt_dtype_size(m->dt);
 }
 
-/* Where bucket b starting at element s begins in grad_bucket: at the byte
- * offset that gives it the alignment (mod LLMT_GRAD_BUCKET_ALIGN) it has in
- * a whole gradient buffer, so a GEMM writing it picks the same kernel (the
- * GPU libraries choose by pointer alignment) and the same bits. */
-static char *bucket_base(const llmt_model *m, int64_t s)
+/* The slot of grad_bucket that bucket b is written in (its fence too). */
+static int slot_of(const llmt_model *m, int32_t b)
 {
+    return b % llmt_grad_bucket_slots(m->ops->host_memory);
+}
+
+/* Where bucket b starting at element s begins in grad_bucket: in its slot
+ * (each starts on an LLMT_GRAD_BUCKET_ALIGN boundary), at the byte offset
+ * that gives it the alignment (mod LLMT_GRAD_BUCKET_ALIGN) it has in a
+ * whole gradient buffer, so a GEMM writing it picks the same kernel (the
+ * GPU libraries choose by pointer alignment) and the same bits. */
+static char *bucket_base(const llmt_model *m, int32_t b, int64_t s)
+{
+    size_t slot = m->grad_bucket.bytes / (size_t)llmt_grad_bucket_slots(m->ops->host_memory);
     size_t lead = m->ops->host_memory ? 0 : (size_t)s * grad_es(m) % LLMT_GRAD_BUCKET_ALIGN;
-    return (char *)m->grad_bucket.ptr + lead;
+    return (char *)m->grad_bucket.ptr + (size_t)slot_of(m, b) * slot + lead;
 }
 
 /* Bucket b's range [*s, *e) and the end *h of its host part (min(e, split)). */
@@ -30,17 +61,22 @@ static void bucket_parts(const llmt_model *m, int32_t b, int64_t *s, int64_t *e,
     *h = *e < m->grad_split ? *e : m->grad_split;
 }
 
-/* Moves bucket b, offloaded, into grad_bucket: its host part from host_grads
- * (zeros where host_valid says it holds none), its device part [split, e)
- * from the start of the device segment. */
+/* Moves bucket b, offloaded, into its slot once the slot's last store is
+ * done (invariants 2 and 3 above): its host part from host_grads (zeros
+ * where host_valid says it holds none), its device part [split, e) from
+ * the start of the device segment. The upload is queued like a copy on the
+ * device (host_grads is pinned where the host cannot read device memory),
+ * so the host does not wait for it (invariant 4 covers the host's writes). */
 static int load(llmt_model *m, int32_t b)
 {
     const size_t es = grad_es(m);
     int64_t s, e, h;
     bucket_parts(m, b, &s, &e, &h);
-    char *dst = bucket_base(m, s);
+    char *dst = bucket_base(m, b, s);
+    if (m->ops->wait_fence)
+        LLMT_TRY(m->ops->wait_fence(m->dev, slot_of(m, b)));
     if (m->host_valid[b])
-        LLMT_TRY(m->ops->copy_to_device(m->dev, dst,
+        LLMT_TRY(m->ops->copy_on_device(m->dev, dst,
                                         (const char *)m->host_grads.ptr + (size_t)s * es,
                                         (size_t)(h - s) * es));
     else
@@ -65,7 +101,7 @@ int llmt_grads_acquire(llmt_model *m, int32_t bucket, char **base)
         LLMT_TRY(load(m, bucket));
         m->loaded = bucket;
     }
-    *base = bucket_base(m, s);
+    *base = bucket_base(m, bucket, s);
     return LLMT_OK;
 }
 
@@ -87,10 +123,13 @@ int llmt_grads_flush(llmt_model *m)
     const int32_t b = m->loaded;
     int64_t s, e, h;
     bucket_parts(m, b, &s, &e, &h);
-    const char *src = bucket_base(m, s);
+    const char *src = bucket_base(m, b, s);
+    char *dst = (char *)m->host_grads.ptr + (size_t)s * es;
+    const size_t bytes = (size_t)(h - s) * es;
     /* On failure the bucket stays loaded, its values in grad_bucket. */
-    LLMT_TRY(m->ops->copy_to_host(m->dev, (char *)m->host_grads.ptr + (size_t)s * es, src,
-                                  (size_t)(h - s) * es));
+    LLMT_TRY(m->ops->copy_to_host_async
+                 ? m->ops->copy_to_host_async(m->dev, dst, src, bytes, slot_of(m, b))
+                 : m->ops->copy_to_host(m->dev, dst, src, bytes));
     m->host_valid[b] = 1;
     if (e > h)
         LLMT_TRY(m->ops->copy_on_device(m->dev, m->grads.ptr, src + (size_t)(h - s) * es,
@@ -103,6 +142,8 @@ int llmt_grads_settle(llmt_model *m)
 {
     LLMT_TRY(llmt_grads_ensure(m));
     LLMT_TRY(llmt_grads_flush(m));
+    if (m->grad_split > 0) /* queued stores and uploads of host_grads (invariant 4) */
+        LLMT_TRY(m->ops->synchronize(m->dev));
     const size_t es = grad_es(m);
     for (int32_t b = 0; b < llmt_grad_bucket_count(m); b++) {
         int64_t s, e, h;

@@ -22,7 +22,12 @@ void llmt_grad_bucket_range(const llmt_model *m, int32_t b, int64_t *start, int6
                                                              : m->num_params;
 }
 
-int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memory)
+int32_t llmt_grad_bucket_slots(int host_memory)
+{
+    return host_memory ? 1 : 2;
+}
+
+int64_t llmt_grad_slot_elems(const llmt_model *m, int64_t split, int host_memory)
 {
     if (split <= 0)
         return 0;
@@ -36,5 +41,11 @@ int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memo
     if (host_memory)
         return most;
     int64_t stats = split < LLMT_GRAD_STATS_CHUNK ? split : LLMT_GRAD_STATS_CHUNK;
-    return (stats > most ? stats : most) + LLMT_GRAD_BUCKET_PAD;
+    int64_t need = (stats > most ? stats : most) + LLMT_GRAD_BUCKET_PAD;
+    return (need + LLMT_GRAD_BUCKET_PAD - 1) / LLMT_GRAD_BUCKET_PAD * LLMT_GRAD_BUCKET_PAD;
+}
+
+int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memory)
+{
+    return llmt_grad_bucket_slots(host_memory) * llmt_grad_slot_elems(m, split, host_memory);
 }

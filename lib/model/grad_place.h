@@ -1,7 +1,9 @@
 /* Where the model's gradients live (gradient offload, issue 15): the
- * elements [0, grad_split) in host memory, moved through one device bucket
- * while backward writes them, the rest on the device. Shared by the model,
- * the optimizer and the planner, so plan and placement agree. */
+ * elements [0, grad_split) in host memory, moved through a device bucket
+ * (two slots where the host cannot read device memory, so that one is
+ * stored while backward writes the other) while backward writes them, the
+ * rest on the device. Shared by the model, the optimizer and the planner,
+ * so plan and placement agree. */
 #ifndef LLMT_MODEL_GRAD_PLACE_H
 #define LLMT_MODEL_GRAD_PLACE_H
 
@@ -34,10 +36,20 @@ int32_t llmt_grad_bucket_count(const llmt_model *m);
  * table (llmt_model_build_params). */
 void llmt_grad_bucket_range(const llmt_model *m, int32_t b, int64_t *start, int64_t *end);
 
-/* Elements of the device bucket for gradient split `split`: the largest
- * bucket starting below split (whole, straddle included) and, where the
- * host cannot read device memory, at least min(split, LLMT_GRAD_STATS_CHUNK)
- * for the norm's uploads, plus LLMT_GRAD_BUCKET_PAD; 0 when split is 0. */
+/* Slots of the device bucket: 1 where the host can read device memory
+ * (the CPU: every copy is synchronous), else 2, bucket b written in slot
+ * b % 2 (grad_buckets.c says why that is safe). */
+int32_t llmt_grad_bucket_slots(int host_memory);
+
+/* Elements of one slot for gradient split `split`: the largest bucket
+ * starting below split (whole, straddle included); where the host cannot
+ * read device memory at least min(split, LLMT_GRAD_STATS_CHUNK) for the
+ * norm's uploads (into slot 0), plus LLMT_GRAD_BUCKET_PAD, rounded up to a
+ * multiple of LLMT_GRAD_BUCKET_PAD (so each slot starts on an
+ * LLMT_GRAD_BUCKET_ALIGN boundary); 0 when split is 0. */
+int64_t llmt_grad_slot_elems(const llmt_model *m, int64_t split, int host_memory);
+
+/* Elements of the whole device bucket: slots x slot elements. */
 int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memory);
 
 /* Placement (grad_buckets.c). Each returns a status with a message set.
@@ -58,10 +70,12 @@ int llmt_grads_place(llmt_model *m, int64_t split);
 
 /* *base = the device address of bucket b's first element (element off of
  * the bucket at base + (off - start) * dtype size). A bucket on the device
- * is addressed in grads, with no copy. An offloaded one is loaded into
- * grad_bucket, after storing the bucket loaded before (if another): its host
- * part uploaded from host_grads (or zeroed where host_valid says it holds
- * none), its part at or past grad_split copied from the device segment. */
+ * is addressed in grads, with no copy. An offloaded one is loaded into its
+ * slot of grad_bucket, after storing the bucket loaded before (if another)
+ * and after the slot's last store has finished: its host part uploaded
+ * from host_grads (or zeroed where host_valid says it holds none), its part
+ * at or past grad_split copied from the device segment. Nothing here makes
+ * the host wait for the device. */
 int llmt_grads_acquire(llmt_model *m, int32_t bucket, char **base);
 
 /* *at = the device address of gradient element off, which lies in bucket b
@@ -69,11 +83,16 @@ int llmt_grads_acquire(llmt_model *m, int32_t bucket, char **base);
 int llmt_grads_at(llmt_model *m, int32_t bucket, int64_t off, void **at);
 
 /* Stores the loaded bucket (host part into host_grads, marking it valid;
- * the straddling part back into the device segment); none is loaded after. */
+ * the straddling part back into the device segment); none is loaded after.
+ * Where the backend has copy_to_host_async the host part's store is queued
+ * on the copy stream and may still run on return: host_grads is for the
+ * host to read only after llmt_grads_settle. */
 int llmt_grads_flush(llmt_model *m);
 
-/* Flushes, then zero-fills the host part of every offloaded bucket whose
- * host_valid is 0: host_grads then holds exactly the gradients. */
+/* Flushes, waits for every queued store and upload of host_grads, then
+ * zero-fills the host part of every offloaded bucket whose host_valid is 0:
+ * host_grads then holds exactly the gradients, for the host to read and
+ * write until the next acquire. */
 int llmt_grads_settle(llmt_model *m);
 
 /* Sets every gradient to zero: the device segment zeroed, every host part

@@ -97,9 +97,10 @@ int llmt_layout_compute(const llmt_model_config *cfg, const uint8_t *rc_flags, i
     out->g_h = take(&work, m * (size_t)d.d * e);
     out->g_wide = take(&work, m * max2((size_t)d.qkv_dim, 2 * (size_t)d.ffn) * e);
     out->g_mid = take(&work, m * max2((size_t)d.att_dim, (size_t)d.ffn) * e);
+    /* The LM head's chunk is the one the forward passes (run_head). */
     llmt_op_dims od = {batch, seq, d.d, d.heads, d.kv_heads, d.head_dim, d.ffn, d.vocab,
-                       LLMT_CE_CHUNK < (int64_t)m ? LLMT_CE_CHUNK : (int64_t)m,
-                       llmt_precision_dtype(cfg->precision), num_threads};
+                       ops->ce_chunk((int64_t)m, d.vocab), llmt_precision_dtype(cfg->precision),
+                       num_threads};
     out->scratch = take(&work, ops->scratch_bytes(&od));
     out->act_bytes = act;
     out->work_bytes = work;

@@ -12,7 +12,8 @@
 /* The ops the model needs from its backend. */
 static int backend_has_model_ops(const llmt_backend_ops *o)
 {
-    return o->scratch_bytes && o->gemm && o->embedding_fwd && o->embedding_bwd &&
+    return o->scratch_bytes && o->gemm && o->gemm_cd && o->ce_chunk && o->embedding_fwd &&
+           o->embedding_bwd &&
            o->rmsnorm_fwd && o->rmsnorm_bwd && o->rope && o->attention_saved_bytes && o->attention_fwd &&
            o->attention_bwd && o->swiglu_fwd && o->swiglu_bwd && o->add && o->lm_head_ce;
 }

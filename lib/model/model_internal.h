@@ -8,9 +8,6 @@
 #include "core/buffer.h"
 #include "ops/ops.h"
 
-/* Rows of the LM head's cross-entropy computed at once. */
-#define LLMT_CE_CHUNK 256
-
 typedef enum llmt_param_kind {
     LLMT_PARAM_NORM = 0,   /* RMSNorm weight: init 1, no weight decay by default */
     LLMT_PARAM_MATRIX = 1, /* linear layer: init N(0, 0.02^2) */

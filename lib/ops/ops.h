@@ -15,9 +15,12 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 9
+#define LLMT_BACKEND_ABI 10
 
 typedef struct llmt_device llmt_device;
+
+/* Fences of copy_to_host_async (one per gradient bucket slot). */
+#define LLMT_COPY_FENCES 2
 
 /* Arguments of one AdamW update over n consecutive parameters (PyTorch's
  * AdamW: w *= 1 - lr wd; m, v updated; w -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)),
@@ -38,7 +41,8 @@ typedef struct llmt_adamw_args {
     uint64_t seed, rng_offset;
 } llmt_adamw_args;
 
-/* Dimensions that size the ops' scratch. */
+/* Dimensions that size the ops' scratch; ce_chunk is the lm_head_ce chunk
+ * (ce_chunk(batch * seq, vocab) for a model's step). */
 typedef struct llmt_op_dims {
     int64_t batch, seq, hidden, heads, kv_heads, head_dim, ffn, vocab, ce_chunk;
     int dt;
@@ -64,6 +68,10 @@ typedef struct llmt_ce_args {
     float grad_scale;
     void *dh;            /* [m, d] */
     void *dw;            /* [vocab, d] */
+    /* scratch_bytes() of dims with batch * seq >= m, ce_chunk >= chunk,
+     * and ce_chunk < batch * seq when chunk < m (the CUDA op needs its fp32
+     * head gradient buffer when chunk < m; the size has it when ce_chunk <
+     * batch * seq). */
     void *scratch;
     double *loss_sum;    /* host: sum of the losses of counted rows */
     int64_t *count;      /* host: rows with a target */
@@ -89,8 +97,23 @@ typedef struct llmt_backend_ops {
     int (*mem_zero)(llmt_device *dev, void *dst, size_t bytes);
     /* Device memory in all and free now; 0 and 0 where unknown. */
     int (*mem_info)(llmt_device *dev, uint64_t *total, uint64_t *free_now);
-    /* Waits for all work queued on the backend's stream. */
+    /* Waits for all work queued on the backend's streams (the copy
+     * stream's included). */
     int (*synchronize)(llmt_device *dev);
+    /* Stores to the host that overlap the ops, on a copy stream beside the
+     * stream the ops run on; both NULL where host_memory (copies are then
+     * synchronous: callers use copy_to_host). copy_to_host_async queues a
+     * copy of bytes from device src to host dst (HOST_STATE or STAGING
+     * memory: pinned on CUDA) that starts after every op queued before the
+     * call, returns without waiting, and marks fence `fence` (0 ..
+     * LLMT_COPY_FENCES - 1) after the copy, replacing the fence's earlier
+     * mark. Until a wait_fence on that fence (or synchronize), no op may
+     * write src and the host may not touch dst. */
+    int (*copy_to_host_async)(llmt_device *dev, void *host_dst, const void *src, size_t bytes,
+                              int fence);
+    /* Ops queued after this call start once the copies up to fence's last
+     * mark are done; the host does not wait. A fence never marked: no wait. */
+    int (*wait_fence)(llmt_device *dev, int fence);
 
     /* Releases the backend instance. */
     void (*destroy)(llmt_device *dev);
@@ -108,6 +131,18 @@ typedef struct llmt_backend_ops {
     int (*gemm)(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                 float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
                 void *c, int64_t ldc, int dt, void *scratch);
+    /* D[m,n] = alpha * op(A) op(B) + beta * C with a separate output D (the
+     * residual add folded into the product: cuBLASLt's C != D); C is read
+     * only, and not at all when beta is 0 (c may then be NULL). D == C (then
+     * ldd must equal ldc) is gemm; otherwise the spans from D's first to
+     * last element and C's must not intersect (refused, LLMT_EINVAL, even
+     * when interleaved rows share no element), and D must not overlap A or B
+     * (not checked). On the CPU the bits are those of copying C's
+     * m x n block into D and calling gemm on D. */
+    int (*gemm_cd)(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                   float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                   float beta, const void *c, int64_t ldc, void *d, int64_t ldd, int dt,
+                   void *scratch);
 
     /* out[i] = table[ids[i]] for i < m; rows of d. */
     int (*embedding_fwd)(llmt_device *dev, void *out, const void *table, const int32_t *ids,
@@ -164,6 +199,13 @@ typedef struct llmt_backend_ops {
     /* Fused LM head and cross-entropy, chunked over rows so that only
      * [chunk, vocab] logits exist at once; see llmt_ce_args. */
     int (*lm_head_ce)(llmt_device *dev, const llmt_ce_args *args);
+    /* Rows per lm_head_ce chunk the backend prefers for m rows of a vocab
+     * head: min(m, a bound of the backend's). A size function (callable on
+     * a planning table): the model's forward passes it as args->chunk and
+     * its layout as dims->ce_chunk with m = batch * seq, so the plan sizes
+     * what runs. Non-decreasing in m, so an arena laid out for m rows also
+     * serves fewer. */
+    int64_t (*ce_chunk)(int64_t m, int64_t vocab);
 
     /* Bytes of scratch the optimizer ops need (allocated by the optimizer). */
     size_t optim_scratch_bytes;

@@ -144,12 +144,12 @@ static void layer_forward(op_cost *o, const llmt_attn_dims *ad, int64_t d, int64
     op_cost_add(&o[OP_GEMM_FWD], op_cost_gemm(M, qkv, d, 0, es));
     op_cost_add(&o[OP_ROPE], op_cost_rope(M, ad->seq, ad->heads + ad->kv_heads, hd, es));
     op_cost_add(&o[OP_ATTN_FWD], op_cost_attention(ad, 0, es));
-    op_cost_add(&o[OP_COPY], op_cost_bytes(2.0 * M * d * es)); /* xmid = x */
+    /* xmid = x + att Wo^T (gemm_cd: x read as C, xmid written as D) */
     op_cost_add(&o[OP_GEMM_FWD], op_cost_gemm(M, d, att, 1, es));
     op_cost_add(&o[OP_RMSNORM], op_cost_rmsnorm(M, d, 0, 0, es));
     op_cost_add(&o[OP_GEMM_FWD], op_cost_gemm(M, 2 * ffn, d, 0, es));
     op_cost_add(&o[OP_SWIGLU], op_cost_swiglu(M, ffn, 0, es));
-    op_cost_add(&o[OP_COPY], op_cost_bytes(2.0 * M * d * es)); /* x_next = xmid */
+    /* x_next = xmid + s Wdown^T (gemm_cd) */
     op_cost_add(&o[OP_GEMM_FWD], op_cost_gemm(M, d, ffn, 1, es));
 }
 

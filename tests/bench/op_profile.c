@@ -77,6 +77,18 @@ static int p_gemm(llmt_device *dev, int ta, int tb, int64_t m, int64_t n, int64_
           gemm(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, dt, scratch));
 }
 
+/* gemm with a separate output (the residual adds): C read, D written, the
+ * bytes of an accumulated product. */
+static int p_gemm_cd(llmt_device *dev, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                     float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     float beta, const void *c, int64_t ldc, void *d, int64_t ldd, int dt,
+                     void *scratch)
+{
+    TIMED(tb ? OP_GEMM_FWD : OP_GEMM_BWD,
+          op_cost_gemm(m, n, k, beta != 0.0f, (int64_t)llmt_dtype_size(dt)),
+          gemm_cd(dev, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, d, ldd, dt, scratch));
+}
+
 static int p_embedding_fwd(llmt_device *dev, void *out, const void *table, const int32_t *ids,
                            int64_t m, int64_t d, int dt)
 {
@@ -207,6 +219,7 @@ int op_profile_install(op_profile *p, llmt_context *ctx)
     WRAP(copy_on_device);
     WRAP(mem_zero);
     WRAP(gemm);
+    WRAP(gemm_cd);
     WRAP(embedding_fwd);
     WRAP(embedding_bwd);
     WRAP(rmsnorm_fwd);

@@ -2,8 +2,11 @@
 # Runs the CUDA backend's kernels on the CPU, for machines without a GPU:
 # compiles the plugin's sources (cuda/*.cu, except the cuBLASLt GEMM and the
 # description of the real runtime's libraries, cuda_describe.cu) with
-# the host C++ compiler against the emulator in tests/gpu/emu, and runs
-# test_ops, test_accumulate and test_cuda_model with that "plugin" (LLMT_CUDA_PLUGIN).
+# the host C++ compiler against the emulator in tests/gpu/emu (there
+# cuda_attention_cudnn.cu, without LLMT_CUDA_HAVE_CUDNN, is its own stub that
+# declines: attention runs on the fallback kernels; cuDNN is not emulated),
+# and runs test_ops, test_accumulate and test_cuda_model with that "plugin"
+# (LLMT_CUDA_PLUGIN).
 #
 # It checks the kernels' logic: indexing, masks, tiling, block-uniform
 # barriers, reductions and their determinism, the scratch layouts and the
@@ -11,7 +14,9 @@
 # test_dp_cuda at 2 and 3 ranks: data-parallel training with the sharded
 # optimizer on the emulated backend, over an MPI communicator flagged as
 # moving device memory (everything but NCCL's transport; the test's header
-# says how). It does not check what only a GPU shows:
+# says how), and llmt-train at 2 ranks on CUDA reaching its NCCL
+# communicator (which this plugin lacks: refused on every rank). It does not
+# check what only a GPU shows:
 # cuBLASLt (the GEMM is a plain loop here), races between warps that the
 # emulator's block-wide barriers hide, launch limits, or speed. Passing here
 # is not a GPU run; tests/gpu/run.sh is.
@@ -28,7 +33,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMT_CUDA=ON >/dev/null
 targets=(test_ops test_accumulate test_cuda_model)
-[ -d "$build/tests/mpi" ] && targets+=(test_dp_cuda) # configured where MPI was found
+[ -d "$build/tests/mpi" ] && targets+=(test_dp_cuda llmt-train) # configured where MPI was found
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" >/dev/null
 
 obj="$build/emu"
@@ -71,3 +76,25 @@ for np in 2 3; do
         OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         timeout 600 "$mpiexec" -n "$np" "$build/tests/mpi/test_dp_cuda"
 done
+# llmt-train's NCCL path at 2 ranks (examples/train_cli/nccl_comm.c): the
+# emulated plugin has no NCCL engine, so each rank opens its context, rank
+# 0's unique id is refused, and every rank says so (rank 1 naming rank 0);
+# it fails before the (absent) data is opened.
+echo "== EMULATED on the CPU (not a GPU run): llmt-train at 2 ranks on CUDA, no NCCL =="
+train_out=$(mktemp -d)
+rc=0
+env OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    timeout 120 "$mpiexec" -n 2 "$build/examples/llmt-train" --out "$train_out/run" \
+    train.backend=cuda train.device=0 "data.train=$train_out/none_*.bin" > "$train_out/log" 2>&1 || rc=$?
+for want in "rank 0: llmt-train: the NCCL communicator: not supported: llmt_comm_nccl_unique_id: the CUDA plugin was built without NCCL" \
+    "rank 1: llmt-train: making the NCCL unique id failed on rank 0"; do
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF "$want" "$train_out/log"; then
+        echo "FAIL: llmt-train at 2 ranks, no NCCL: exit $rc, no '$want' in:"
+        cat "$train_out/log"
+        rm -rf "$train_out"
+        exit 1
+    fi
+done
+rm -rf "$train_out"
+echo "every rank reported the missing NCCL engine"

@@ -24,6 +24,48 @@ GPU_DEPS_PACKAGES=(libopenblas0-pthread libopenblas-pthread-dev libgfortran5 lib
                    libyaml-0-2 libyaml-dev libxxhash0 libxxhash-dev libcmocka0 libcmocka-dev
                    pkgconf-bin libpkgconf3 libdnnl2 libdnnl-dev ocl-icd-libopencl1)
 
+# The cuDNN frontend (header-only, MIT licence) for the CUDA plugin's cuDNN
+# attention (cuda/CMakeLists.txt looks in .gpu-deps/cudnn-frontend/include):
+# its headers from the pinned pip wheel, checked against its SHA-256.
+# shellcheck disable=SC2034
+GPU_DEPS_CUDNN_FRONTEND_VERSION=1.32.0
+GPU_DEPS_CUDNN_FRONTEND_SHA256=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
+
+#   gpu_deps_cudnn_frontend DEST
+# Downloads the wheel with pip (PyPI) and puts its include/ and licences in
+# DEST (its VERSION file names the version); nothing is downloaded when DEST
+# already holds that version.
+gpu_deps_cudnn_frontend() {
+    local dest=$1 ver=$GPU_DEPS_CUDNN_FRONTEND_VERSION tmp whl sum
+    if [ -f "$dest/include/cudnn_frontend.h" ] && [ "$(cat "$dest/VERSION" 2>/dev/null)" = "$ver" ]; then
+        return 0
+    fi
+    tmp=$(mktemp -d) || return 1
+    # The wheel is the same headers for every Python; this one's tag is pinned.
+    if ! python3 -m pip download -q --no-deps --only-binary=:all: --implementation cp \
+        --python-version 3.11 --abi cp311 --platform manylinux_2_28_x86_64 -d "$tmp" \
+        "nvidia-cudnn-frontend==$ver"; then
+        echo "gpu_deps: pip cannot download nvidia-cudnn-frontend==$ver (its error is above)" >&2
+        rm -rf "$tmp"
+        return 1
+    fi
+    whl=$(ls "$tmp"/nvidia_cudnn_frontend-*.whl)
+    sum=$(sha256sum "$whl" | cut -d' ' -f1)
+    if [ "$sum" != "$GPU_DEPS_CUDNN_FRONTEND_SHA256" ]; then
+        echo "gpu_deps: $(basename "$whl") has SHA-256 $sum, not $GPU_DEPS_CUDNN_FRONTEND_SHA256" >&2
+        rm -rf "$tmp"
+        return 1
+    fi
+    python3 -m zipfile -e "$whl" "$tmp/x" || { rm -rf "$tmp"; return 1; }
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    mv "$tmp/x/include" "$dest/include"
+    cp "$tmp"/x/nvidia_cudnn_frontend-*.dist-info/licenses/* "$dest/"
+    echo "$ver" >"$dest/VERSION"
+    rm -rf "$tmp"
+    echo "gpu_deps: cuDNN frontend $ver headers in $dest/include"
+}
+
 gpu_deps_unpack() {
     local debs=$1 prefix=$2 deb n=0
     local multiarch=usr/lib/x86_64-linux-gnu

@@ -5,9 +5,11 @@
 # runtime, oneDNN with the OpenCL loader it links, libyaml, xxHash, CMocka,
 # pkgconf) into .gpu-deps/ (git-ignored), which the device call
 # carries (`carry: [".gpu-deps"]`). tests/gpu/run.sh unpacks them into a
-# private prefix there, with no network and without touching /.
+# private prefix there, with no network and without touching /. It also
+# puts the cuDNN frontend's headers (pinned pip wheel, from PyPI) in
+# .gpu-deps/cudnn-frontend/include, where the plugin's build finds them.
 #
-#   tests/gpu/prepare.sh          (about 20 MiB; nothing is downloaded twice)
+#   tests/gpu/prepare.sh          (about 23 MiB; nothing is downloaded twice)
 #
 # libc6, libgcc-s1, libstdc++6 and libgomp1, the packages' remaining
 # dependencies, are in every glibc system with a compiler; the .debs need glibc >= 2.34 (Debian 12 has
@@ -53,4 +55,5 @@ if [ "$count" -ne ${#packages[@]} ]; then
     echo "prepare.sh: expected ${#packages[@]} .debs in $dest, found $count" >&2
     exit 1
 fi
+gpu_deps_cudnn_frontend "$dest/cudnn-frontend"
 echo "prepare.sh: $count .debs in $dest ($(du -sh "$dest" | cut -f1)); carry \".gpu-deps\""

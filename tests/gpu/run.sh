@@ -19,15 +19,24 @@
 #               test_accumulate_cuda: the fp32 gradient sum against the host
 #   model       test_cuda_model: gradients, training, determinism, recompute
 #               and slicing bit-identity, safetensors through pinned staging
-#   offload     test_cuda_model's test_offload_same_bits alone: optimizer
-#               state, alone or with the gradients, on the host (whole, a
-#               fraction, moved mid-run) gives the device optimizer's bits in
-#               all four precision modes
+#   attention-cudnn gpu_attention_cudnn: cuDNN's fused attention against the
+#               plugin's fp32 kernels (BF16, F16, GQA, hd 64 and 128, T up to
+#               2048; backward bitwise run to run), then test_ops_cuda with
+#               LLMT_CUDA_ATTENTION=cudnn and =fallback (either path passes)
+#   offload     test_cuda_model's offload tests alone (test_offload_*):
+#               optimizer state, alone or with the gradients, on the host
+#               (whole, a fraction, moved mid-run) gives the device
+#               optimizer's bits in all four precision modes; gradients
+#               stored on the copy stream while backward runs, accumulated
+#               over two micro-batches, give the device's bits
 #   nccl-world1 gpu_nccl_world1: an NCCL communicator of one rank, every
 #               collective on device buffers (tests/gpu/test_nccl_world1.c)
 #   nccl-sharded gpu_nccl_sharded: the sharded optimizer over that
 #               communicator takes bitwise the steps of an unsharded one
 #               (bf16_mixed; tests/gpu/test_nccl_sharded.c)
+#   nccl-train  llmt-train --data-parallel on CUDA, one rank over NCCL: the
+#               loss falls, a sharded checkpoint resumes to the bytes of an
+#               uninterrupted run (tests/gpu/train_nccl_world1.sh)
 #   memcheck    compute-sanitizer memcheck over the op tests (small shapes)
 #   bench       bench_gpu_step on the ~1B LLaMA, T=2048, BF16_MIXED
 #   torch       the same model and batch in PyTorch (torch_side_by_side.py)
@@ -246,6 +255,17 @@ print(next(iter(sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/nccl/
         host nccl_source "pip wheel: $wheel_nccl"
     fi
 fi
+# cuDNN (dlopened by the plugin's attention, not linked) from the
+# nvidia-cudnn pip wheel when the toolkit has none: its cudnn.h, and its lib/
+# in the plugin's RUNPATH. The frontend's headers are in .gpu-deps.
+if ! ls "$toolkit"/lib*/libcudnn.so.9 "$toolkit"/targets/*/lib/libcudnn.so.9 >/dev/null 2>&1; then
+    wheel_cudnn=$(python3 -c 'import glob, nvidia
+print(next(iter(sorted(f for p in nvidia.__path__ for f in glob.glob(p + "/*/lib/libcudnn.so.9"))), ""))' 2>/dev/null)
+    if [ -n "$wheel_cudnn" ]; then
+        cmake_cuda+=(-DCUDNN_LIBRARY="$wheel_cudnn" -DCUDNN_INCLUDE_DIR="$(dirname "$(dirname "$wheel_cudnn")")/include")
+        host cudnn_source "pip wheel: $wheel_cudnn"
+    fi
+fi
 generator=() # Ninja where there is one, unless the build directory has another
 [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null && generator=(-G Ninja)
 # The CUDA plugin is built where nvcc is, and always outside --build-only
@@ -312,10 +332,24 @@ fi
 backend_line=$(grep -m1 -o 'CUDA backend: plugin .*' "$build/stage-ops.log" | cut -c15-)
 [ -n "$backend_line" ] && host cuda_backend "$backend_line"
 gpu_stage model 200 ctest --test-dir "$build" -V --timeout 190 -R '^test_cuda_model$'
+# shellcheck disable=SC2317 # runs through bash -c (export -f)
+attention_cudnn() { # the comparison, then the op tests on either path
+    ctest --test-dir "$build" -V --timeout 100 -R '^gpu_attention_cudnn$' || return 1
+    local mode
+    for mode in cudnn fallback; do
+        echo "--- test_ops_cuda with LLMT_CUDA_ATTENTION=$mode"
+        LLMT_CUDA_ATTENTION=$mode ctest --test-dir "$build" --output-on-failure --timeout 100 \
+            -R '^test_ops_cuda$' || return 1
+    done
+}
+export -f attention_cudnn
+export build
+gpu_stage attention-cudnn 150 bash -c attention_cudnn
 gpu_stage offload 90 env LLMT_CUDA_PLUGIN="$plugin" "$build/tests/test_cuda_model" \
-    test_offload_same_bits
+    'test_offload_*'
 gpu_stage nccl-world1 60 ctest --test-dir "$build" -V --timeout 50 -R '^gpu_nccl_world1$'
 gpu_stage nccl-sharded 60 ctest --test-dir "$build" -V --timeout 50 -R '^gpu_nccl_sharded$'
+gpu_stage nccl-train 90 tests/gpu/train_nccl_world1.sh "$build/examples/llmt-train"
 
 sanitizer=$(command -v compute-sanitizer || echo "$toolkit/bin/compute-sanitizer")
 # shellcheck disable=SC2317
@@ -336,7 +370,7 @@ gpu_stage racecheck 120 bash -c 'sanitize racecheck --racecheck-report hazard'
 # the check of prepare.sh, which runs where the .debs are fetched. The
 # Python binding's tests run under /usr/bin/python3 (tests/CMakeLists.txt):
 # left out, and said so, only where that interpreter has no pytest.
-exclude='test_ops_cuda|test_cuda_model|gpu_nccl_world1|gpu_nccl_sharded|gpu_require_cuda|gpu_prepare_no_lists'
+exclude='test_ops_cuda|test_cuda_model|gpu_nccl_world1|gpu_nccl_sharded|gpu_attention_cudnn|gpu_require_cuda|gpu_prepare_no_lists'
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
     exclude+='|python_binding'
     stage_note="python_binding not run: /usr/bin/python3 has no pytest"

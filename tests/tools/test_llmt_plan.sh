@@ -295,13 +295,17 @@ if [ "$cuda" = ON ]; then
         fail "cuda --offload optimizer: host not $want: $(row bf16_mixed none)"
     # With the gradients: the host also holds the gradients below the split
     # (every parameter but the last partial granule's), and the device
-    # bucket is the tail (final norm and LM head), the largest bucket (and
-    # 128 elements for its alignment: below the table's 0.01 GiB).
+    # bucket has two slots (one stored to the host while the next is
+    # written), each the larger of the tail (final norm and LM head, the
+    # largest bucket) and the norm's upload chunk of up to 2^20 elements,
+    # plus 128 elements for alignment, rounded up to 128.
     run --preset small --seq 256 --backend cuda --precision bf16_mixed --offload optimizer+grads
     [ "$status" = 0 ] || fail "cuda --offload optimizer+grads: exit $status: $(cat "$tmp/err")"
     want=$(awk -v p="$params" -v t=$((d + v * d)) 'BEGIN { s = p < 4194304 ? p : 4194304
         gs = int(p / 4096) * 4096; g = 1073741824
-        printf "%.2f %.2f", 2 * (p - gs + t) / g, (12 * p + 2 * 2 * s + 2 * gs) / g }')
+        c = gs < 1048576 ? gs : 1048576; slot = (t > c ? t : c) + 128
+        slot = int((slot + 127) / 128) * 128
+        printf "%.2f %.2f", 2 * (p - gs + 2 * slot) / g, (12 * p + 2 * 2 * s + 2 * gs) / g }')
     [ "$(row bf16_mixed none | awk '{ print $4, $9 }')" = "$want" ] ||
         fail "cuda --offload optimizer+grads: grads, host not $want: $(row bf16_mixed none)"
 else

@@ -15,16 +15,22 @@
 # MPI launch is refused with how to launch; errors are tagged with their rank;
 # SIGTERM reaching rank 1 alone stops both ranks after the same step with a
 # checkpoint; killing rank 1 ends the job within 60 s, naming the rank;
-# train.backend cuda with 2 ranks is refused before anything is made.
+# `--data-parallel` under `mpiexec -n 1` saves a sharded checkpoint of one
+# rank with the bytes of the ordered single process; train.backend cuda
+# with 2 ranks and no GPU (CUDA_VISIBLE_DEVICES=-1) fails on every rank
+# within 30 s with the CUDA backend's reason (LLMT_ECUDA where the plugin
+# is built, else the build's lack of it), each rank on its own device.
 # Either way: a launcher's variables that are not whole numbers in range
 # are refused (exit 2) and its own variables win over torchrun-style ones.
-# Built without MPI: a multi-rank environment is refused (exit 2).
-# Usage: test_llmt_train_mpi.sh LLMT_TRAIN HAVE_MPI(ON|OFF) [MPIEXEC]
+# Built without MPI: a multi-rank environment, and --data-parallel on the
+# cpu backend, are refused (exit 2).
+# Usage: test_llmt_train_mpi.sh LLMT_TRAIN HAVE_MPI(ON|OFF) HAVE_CUDA(ON|OFF) [MPIEXEC]
 # (run in the environment CMake gives MPI tests: LLMT_MPI_TEST_ENV).
 set -eu
 train=$1
 have_mpi=$2
-mpiexec=${3:-}
+have_cuda=$3
+mpiexec=${4:-}
 tmp=$(mktemp -d)
 job=
 trap '[ -z "$job" ] || kill -9 "$job" 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -60,8 +66,12 @@ if [ "$have_mpi" != ON ]; then
     rc=0
     WORLD_SIZE=2 RANK=1 "$train" --out "$tmp/no" > /dev/null 2> "$tmp/err" || rc=$?
     refused $rc 2 "says 2 ranks, but this llmt-train was built without MPI" "WORLD_SIZE=2, no MPI"
+    rc=0
+    "$train" --out "$tmp/no" --data-parallel > /dev/null 2> "$tmp/err" || rc=$?
+    refused $rc 2 "--data-parallel on the cpu backend trains over MPI, but this llmt-train was built without it" \
+        "--data-parallel, no MPI"
     [ ! -e "$tmp/no" ] || fail "a refused launch created --out"
-    echo "llmt-train without MPI refuses a multi-rank launch"
+    echo "llmt-train without MPI refuses a multi-rank launch and --data-parallel"
     exit 0
 fi
 
@@ -114,6 +124,21 @@ for n in 2 3; do
         "$tmp/np1/checkpoints/step-00000003" > "$tmp/eq.log" 2>&1 ||
         fail "-n $n: optimizer state differs from -n 1: $(cat "$tmp/eq.log")"
 done
+# --data-parallel as one rank: MPI's communicator of one, a sharded
+# checkpoint (one optimizer file) with the bytes of the ordered process.
+"$mpiexec" -n 1 "$train" --config "$tmp/tiny.yaml" --out "$tmp/dp1" --data-parallel \
+    > "$tmp/dp1.log" 2>&1 || fail "--data-parallel -n 1: $(cat "$tmp/dp1.log")"
+grep -q "tiny.yaml, 1 rank; starting at step 0 of 3" "$tmp/dp1.log" ||
+    fail "--data-parallel -n 1: the header names no rank: $(cat "$tmp/dp1.log")"
+[ "$(ls "$tmp/dp1/checkpoints/step-00000003" | tr '\n' ' ')" = \
+    "MANIFEST model.safetensors optimizer-00001-of-00001.safetensors user.bin " ] ||
+    fail "--data-parallel -n 1: not a sharded checkpoint: $(ls "$tmp/dp1/checkpoints/step-00000003")"
+cmp "$tmp/dp1/checkpoints/step-00000003/model.safetensors" "$tmp/np1/checkpoints/step-00000003/model.safetensors" ||
+    fail "--data-parallel -n 1: model.safetensors differs from the ordered process's"
+python3 "$(dirname "$0")/shards_equal_v1.py" "$tmp/dp1/checkpoints/step-00000003" \
+    "$tmp/np1/checkpoints/step-00000003" > "$tmp/eq.log" 2>&1 ||
+    fail "--data-parallel -n 1: optimizer state differs from -n 1: $(cat "$tmp/eq.log")"
+
 # Rank 0 alone wrote the metrics: three steps, not six.
 [ "$(grep -c '"step":' "$tmp/np2/metrics.jsonl")" -eq "$(grep -c '"step":' "$tmp/np1/metrics.jsonl")" ] ||
     fail "metrics of -n 2 differ in length from -n 1"
@@ -183,16 +208,25 @@ grep -q "^rank 0: llmt-train: cannot create $tmp/file: it exists and is not a di
 grep -q "^rank 1: llmt-train: preparing the run directory failed on another rank" "$tmp/err" ||
     fail "rank 1's error: $(cat "$tmp/err")"
 
-# Data-parallel on CUDA is refused before anything is made (llmt-train
-# makes no NCCL communicator), on every rank.
+# ---- Data-parallel on CUDA without a GPU (none visible): every rank opens
+# its own device (its node-local rank, which the message names where the
+# build has no plugin), fails with the backend's reason,
+# and the job ends promptly.
 rc=0
-"$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" --out "$tmp/cudadp" train.backend=cuda \
-    > /dev/null 2> "$tmp/err" || rc=$?
-refused $rc 2 "train.backend is cuda with 2 ranks, but llmt-train trains data-parallel on the cpu backend only" \
-    "CUDA under mpiexec -n 2"
-[ "$(grep -c "trains data-parallel on the cpu backend only" "$tmp/err")" -eq 2 ] ||
-    fail "CUDA under mpiexec -n 2: not refused on both ranks: $(cat "$tmp/err")"
-[ ! -e "$tmp/cudadp" ] || fail "the refused CUDA launch created --out"
+start=$(date +%s)
+CUDA_VISIBLE_DEVICES=-1 timeout 60 "$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" \
+    --out "$tmp/cudadp" train.backend=cuda > /dev/null 2> "$tmp/err" || rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then fail "CUDA under mpiexec -n 2, no GPU: exit $rc: $(cat "$tmp/err")"; fi
+[ $took -le 30 ] || fail "CUDA under mpiexec -n 2, no GPU: took $took s"
+for r in 0 1; do
+    if [ "$have_cuda" = ON ]; then
+        want="rank $r: llmt-train: context: CUDA error: llmt_context_create: CUDA backend: no usable device: "
+    else
+        want="rank $r: llmt-train: context: not supported: llmt_context_create: cfg->backend = CUDA (device $r), but this build of libllmt has no CUDA backend"
+    fi
+    grep -qF -- "$want" "$tmp/err" || fail "CUDA under mpiexec -n 2, no GPU: no '$want' in: $(cat "$tmp/err")"
+done
 
 # The pid of rank 1 of the job writing into --out $1.
 rank1_pid() {

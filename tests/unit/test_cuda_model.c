@@ -2,8 +2,9 @@
  * parameter gradient of one step, 50 steps of AdamW training, two CUDA runs
  * giving the same bits, recompute giving the bits of keeping everything,
  * slicing giving the unsliced gradient, weights saved and loaded through
- * the CUDA staging path, and optimizer offload giving the device
- * optimizer's bits. Without a usable
+ * the CUDA staging path, optimizer offload giving the device optimizer's
+ * bits, and gradient offload's overlapped stores giving the device's
+ * gradients. Without a usable
  * CUDA device every test calls skip() and the program exits 77, which CTest
  * reports as skipped; under LLMT_REQUIRE_CUDA=1 every test fails instead
  * (cuda_required.h).
@@ -434,6 +435,18 @@ static float *weights_and_state(llmt_model *m, llmt_optimizer *o, size_t *len)
     return out;
 }
 
+/* The model of the offload tests: d 96, so layer 1's parameters start 128
+ * bytes past a 256-byte boundary in 16-bit storage and an offloaded
+ * bucket's alignment is exercised. */
+static llmt_model_config offload_config(int precision, int tied)
+{
+    llmt_model_config c = config(precision, tied);
+    c.hidden_size = 96;
+    c.num_heads = 3;
+    c.num_kv_heads = 1;
+    return c;
+}
+
 /* N steps on CUDA with the optimizer's state placed at (parts, layers) from
  * creation and moved to (parts2, layers2) after step N / 2. */
 static float *offload_train(int precision, int32_t parts, int32_t layers, int32_t parts2,
@@ -441,12 +454,7 @@ static float *offload_train(int precision, int32_t parts, int32_t layers, int32_
 {
     enum { N = 4 };
     llmt_context *ctx = make_ctx(LLMT_BACKEND_CUDA);
-    llmt_model_config c = config(precision, 0);
-    /* d 96: layer 1's parameters start 128 bytes past a 256-byte boundary
-     * in 16-bit storage, so an offloaded bucket's alignment is exercised. */
-    c.hidden_size = 96;
-    c.num_heads = 3;
-    c.num_kv_heads = 1;
+    llmt_model_config c = offload_config(precision, 0);
     llmt_model *m = NULL;
     llmt_optimizer *o = NULL;
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
@@ -521,6 +529,86 @@ static void test_offload_same_bits(void **state)
     }
 }
 
+/* Every gradient after two micro-batches accumulated (no zeroing between,
+ * so the second loads each offloaded bucket back from host memory) on CUDA,
+ * with the optimizer created at (parts, layers); with parts, the device's
+ * GRADS and HOST_STATE peaks are checked against the plan. */
+static float *accumulated_grads(int precision, int tied, int32_t parts, int32_t layers,
+                                size_t *len)
+{
+    llmt_context *ctx = make_ctx(LLMT_BACKEND_CUDA);
+    llmt_model_config c = offload_config(precision, tied);
+    llmt_model *m = NULL;
+    llmt_optimizer *o = NULL;
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.offload_parts = parts;
+    oc.offload_layers = layers;
+    assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    assert_int_equal(llmt_optimizer_create(&o, m, &oc), LLMT_OK);
+    int32_t tokens[B * T], targets[B * T];
+    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+    for (int micro = 0; micro < 2; micro++) {
+        double loss = 0;
+        make_batch(micro, tokens, targets);
+        assert_int_equal(llmt_model_forward_backward(m, tokens, targets, B, T, 0.5, 0, &loss),
+                         LLMT_OK);
+    }
+    float *out = get_all(m, 1, len);
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    pc.model = c;
+    pc.micro_batch = B;
+    pc.seq_len = T;
+    pc.offload_parts = parts;
+    pc.offload_layers = layers;
+    llmt_plan p = LLMT_PLAN_INIT;
+    llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
+    assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
+    const int cats[2] = {LLMT_MEM_GRADS, LLMT_MEM_HOST_STATE};
+    for (int i = 0; i < 2; i++)
+        if (s.peak[cats[i]] != p.bytes[cats[i]])
+            fail_msg("precision %d, tied %d, offload (%d, %d): %s planned %llu, measured %llu",
+                     precision, tied, parts, layers, llmt_mem_category_name(cats[i]),
+                     (unsigned long long)p.bytes[cats[i]], (unsigned long long)s.peak[cats[i]]);
+    llmt_optimizer_free(o);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+    return out;
+}
+
+/* Gradient offload on CUDA stores each bucket on the copy stream while
+ * backward writes the next one in the other slot, and a second micro-batch
+ * loads the stored buckets back: the accumulated gradients are the bits of
+ * keeping them on the device, tied and untied, with every layer offloaded
+ * and with layer 0 alone (its bucket straddles the split); the device
+ * holds the planned two slots. (On the emulator the copy stream's copies
+ * run only when waited for, so a missing wait changes bits here.) */
+static void test_offload_grads_overlap(void **state)
+{
+    (void)state;
+    need_cuda();
+    const int32_t both = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    const int precisions[2] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED};
+    for (int p = 0; p < 2; p++)
+        for (int tied = 0; tied < 2; tied++) {
+            size_t n_ref = 0, n_all = 0, n_one = 0;
+            float *ref = accumulated_grads(precisions[p], tied, LLMT_OFFLOAD_NONE, 0, &n_ref);
+            float *all = accumulated_grads(precisions[p], tied, both, LLMT_OFFLOAD_ALL_LAYERS,
+                                           &n_all);
+            float *one = accumulated_grads(precisions[p], tied, both, 1, &n_one);
+            assert_int_equal(n_all, n_ref);
+            assert_int_equal(n_one, n_ref);
+            if (memcmp(ref, all, n_ref * sizeof *ref) || memcmp(ref, one, n_ref * sizeof *ref))
+                fail_msg("precision %d, tied %d: offloaded gradients differ from the device's "
+                         "(all layers: %s, layer 0: %s)", precisions[p], tied,
+                         memcmp(ref, all, n_ref * sizeof *ref) ? "differ" : "same",
+                         memcmp(ref, one, n_ref * sizeof *ref) ? "differ" : "same");
+            free(ref);
+            free(all);
+            free(one);
+        }
+}
+
 /* An argument runs only the tests whose names match it (cmocka's filter). */
 int main(int argc, char **argv)
 {
@@ -548,6 +636,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_slicing_matches_unsliced),
         cmocka_unit_test(test_safetensors_roundtrip),
         cmocka_unit_test(test_offload_same_bits),
+        cmocka_unit_test(test_offload_grads_overlap),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     /* 77: CTest's SKIP_RETURN_CODE for this test (tests/CMakeLists.txt). */

@@ -71,7 +71,7 @@ static void check_profiled_step(const llmt_model_config *c)
         [OP_SWIGLU] = 2 * L,
         [OP_EMBEDDING] = 2,
         [OP_ELEMENTWISE] = 0,
-        [OP_COPY] = 2 * L + 3,     /* two residual copies per layer, tokens, targets, zeroing */
+        [OP_COPY] = 3,             /* tokens, targets, zeroing: no residual copies (gemm_cd) */
         /* the gradient norm; AdamW on the embedding, per layer ln1 | qkv o |
          * ln2 | gate up down, the final norm, the LM head unless tied */
         [OP_OPTIMIZER] = 1 + 1 + 4 * L + 1 + (c->tie_embeddings ? 0 : 1),

@@ -54,6 +54,7 @@
 
 OP_TESTS(gemm, gemm_test)
 OP_TESTS(gemm_model, gemm_model_test)
+OP_TESTS(gemm_cd, gemm_cd_test)
 OP_TESTS(embedding, embed_test)
 OP_TESTS(rmsnorm, rms_test)
 OP_TESTS(rope, rope_test)
@@ -63,6 +64,21 @@ OP_TESTS(add_cast, add_test)
 OP_TESTS(lm_head_ce, ce_test)
 OP_TESTS(grad_stats, gs_test)
 OP_TESTS(adamw, adamw_test)
+
+static void test_gemm_cd_bits_cpu(void **state)
+{
+    (void)state;
+    check_gemm_cd_cpu_bits();
+    check_gemm_cd_refusals(&g_cpu);
+}
+
+static void test_gemm_cd_refusals_cuda(void **state)
+{
+    (void)state;
+    if (!g_have_cuda)
+        cuda_unavailable(g_cuda_why);
+    check_gemm_cd_refusals(&g_cuda);
+}
 
 static void test_adamw_cpu_bits(void **state)
 {
@@ -386,6 +402,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_empty_k_cpu),
         cmocka_unit_test(test_gemm_cpu),
         cmocka_unit_test(test_gemm_model_cpu),
+        cmocka_unit_test(test_gemm_cd_cpu),
+        cmocka_unit_test(test_gemm_cd_bits_cpu),
         cmocka_unit_test(test_attention_cpu),
         cmocka_unit_test(test_lm_head_ce_cpu),
         cmocka_unit_test(test_bf16_products_native_cpu),
@@ -395,6 +413,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_empty_k_cpu),
         cmocka_unit_test(test_gemm_cpu),
         cmocka_unit_test(test_gemm_model_cpu),
+        cmocka_unit_test(test_gemm_cd_cpu),
+        cmocka_unit_test(test_gemm_cd_bits_cpu),
         cmocka_unit_test(test_embedding_cpu),
         cmocka_unit_test(test_embedding_swamping_cpu),
         cmocka_unit_test(test_rmsnorm_cpu),
@@ -414,6 +434,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest cuda_tests[] = {
         cmocka_unit_test(test_gemm_cuda),
         cmocka_unit_test(test_gemm_model_cuda),
+        cmocka_unit_test(test_gemm_cd_cuda),
+        cmocka_unit_test(test_gemm_cd_refusals_cuda),
         cmocka_unit_test(test_embedding_cuda),
         cmocka_unit_test(test_embedding_swamping_cuda),
         cmocka_unit_test(test_rmsnorm_cuda),

@@ -73,8 +73,10 @@ static int64_t grad_split(int64_t prefix_elems)
 
 /* The device bucket of gradient split gs, by hand: the largest bucket
  * (embedding, a layer, the tail of final norm and LM head) that starts
- * below gs, and on a backend whose memory the host cannot read at least
- * min(gs, 2^20) elements for the norm's uploads, plus 128 for alignment. */
+ * below gs; on a backend whose memory the host cannot read two slots (one
+ * stored while backward writes the other), each at least min(gs, 2^20)
+ * elements for the norm's uploads, plus 128 for alignment, rounded up to a
+ * multiple of 128 (each slot starts on a 256-byte boundary). */
 static int64_t bucket_elems(int64_t gs, int host_memory)
 {
     if (gs == 0)
@@ -90,7 +92,7 @@ static int64_t bucket_elems(int64_t gs, int host_memory)
         return most;
     /* And 128 elements (256 bytes of bf16) to keep each bucket's alignment. */
     int64_t stats = gs < (1 << 20) ? gs : (1 << 20);
-    return (stats > most ? stats : most) + 128;
+    return 2 * (((stats > most ? stats : most) + 128 + 127) / 128 * 128);
 }
 
 /* Two training steps with the optimizer created at (parts, layers), or,
@@ -320,7 +322,8 @@ static void test_offload_moves_only_optimizer_bytes(void **state)
 }
 
 /* On CUDA (whose memory the host cannot read) the host segment comes with
- * two staging buffers of min(segment, 2^22) weight elements each. */
+ * two staging buffers of min(segment, 2^22) weight elements each, and
+ * gradient offload with a device bucket of two slots. */
 static void test_cuda_staging(void **state)
 {
     (void)state;
@@ -335,14 +338,15 @@ static void test_cuda_staging(void **state)
     assert_int_equal(cpu.host_peak, host * 12);
     assert_int_equal(cuda.host_peak, host * 12 + 2 * host * 2);
     assert_int_equal(cuda.bytes[LLMT_MEM_OPTIMIZER], cpu.bytes[LLMT_MEM_OPTIMIZER]);
-    /* With the gradients (split 8192): the device bucket also holds the
-     * norm's uploads of min(split, 2^20) host gradients, so it is the split,
-     * not layer 0's 7744 gradients as on the CPU, and 128 elements more that
-     * keep each bucket's alignment. */
+    /* With the gradients (split 8192): each of the device bucket's two
+     * slots also holds the norm's uploads of min(split, 2^20) host
+     * gradients, so it is the split, not layer 0's 7744 gradients as on the
+     * CPU, and 128 elements more that keep each bucket's alignment (8320, a
+     * multiple of 128). */
     pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
     assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
-    assert_int_equal(bucket_elems(8192, 0), 8192 + 128);
-    assert_int_equal(cuda.bytes[LLMT_MEM_GRADS], (uint64_t)(PARAMS + 128) * 2);
+    assert_int_equal(bucket_elems(8192, 0), 2 * (8192 + 128));
+    assert_int_equal(cuda.bytes[LLMT_MEM_GRADS], (uint64_t)(PARAMS - 8192 + 2 * 8320) * 2);
     assert_int_equal(cuda.host_peak, host * 12 + 2 * host * 2 + 8192 * 2);
     pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     /* LLaMA-7B, all offloaded: the staging is capped at 2^22 elements. */
@@ -356,6 +360,12 @@ static void test_cuda_staging(void **state)
     assert_int_equal(cuda.num_params, 6738415616);
     assert_int_equal(cuda.host_peak, 6738415616ull * 12 + 2 * (1ull << 22) * 2);
     assert_int_equal(cuda.bytes[LLMT_MEM_OPTIMIZER], 0);
+    /* And its gradients: 1,645,121 whole granules, all on the host; two
+     * slots of a layer's 202,383,360 gradients and 128 (a multiple of 128). */
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
+    assert_int_equal(cuda.bytes[LLMT_MEM_GRADS], 2ull * (202383360 + 128) * 2);
+    assert_int_equal(cuda.host_peak, 6738415616ull * 14 + 2 * (1ull << 22) * 2);
 #else
     /* This build has no CUDA plugin: a CUDA plan is refused, naming why. */
     llmt_plan_config pc = plan_config(LLMT_PRECISION_BF16_MIXED);

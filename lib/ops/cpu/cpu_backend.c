@@ -16,6 +16,17 @@ static size_t cpu_scratch_bytes(const llmt_op_dims *d)
     return most;
 }
 
+/* Rows of the LM head's cross-entropy the CPU computes at once, whatever
+ * the batch: a chunk's fp32 logits stay small enough to be reused from
+ * cache by the backward products. */
+#define CPU_CE_CHUNK 256
+
+static int64_t cpu_ce_chunk(int64_t m, int64_t vocab)
+{
+    (void)vocab;
+    return m < CPU_CE_CHUNK ? m : CPU_CE_CHUNK;
+}
+
 static const llmt_backend_ops cpu_ops = {
     .name = "cpu",
     .host_memory = 1,
@@ -27,9 +38,12 @@ static const llmt_backend_ops cpu_ops = {
     .mem_zero = llmt_cpu_mem_zero,
     .mem_info = llmt_cpu_mem_info,
     .synchronize = llmt_cpu_synchronize,
+    .copy_to_host_async = NULL, /* host memory: every copy is synchronous */
+    .wait_fence = NULL,
     .destroy = llmt_cpu_destroy,
     .scratch_bytes = cpu_scratch_bytes,
     .gemm = llmt_cpu_gemm,
+    .gemm_cd = llmt_cpu_gemm_cd,
     .embedding_fwd = llmt_cpu_embedding_fwd,
     .embedding_bwd = llmt_cpu_embedding_bwd,
     .rmsnorm_fwd = llmt_cpu_rmsnorm_fwd,
@@ -43,6 +57,7 @@ static const llmt_backend_ops cpu_ops = {
     .cast = llmt_cpu_cast,
     .add = llmt_cpu_add,
     .lm_head_ce = llmt_cpu_lm_head_ce,
+    .ce_chunk = cpu_ce_chunk,
     .optim_scratch_bytes = 0,
     .grad_stats = llmt_cpu_grad_stats,
     .grad_stats_blocks = llmt_cpu_grad_stats_blocks,

@@ -62,6 +62,12 @@ int llmt_cpu_sgemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m,
 int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                   float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
                   void *c, int64_t ldc, int dt, void *scratch);
+/* D = alpha op(A) op(B) + beta C (ops.h's gemm_cd): C's block copied into D,
+ * then llmt_cpu_gemm on D, so the bits are those of that pair of calls. */
+int llmt_cpu_gemm_cd(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     float beta, const void *c, int64_t ldc, void *d, int64_t ldd, int dt,
+                     void *scratch);
 /* C = alpha op(A) op(B) + beta C with A and B in 16-bit dtype dt, C in fp32,
  * on the CPU's own instructions with fp32 accumulation (the LM head's
  * logits and head gradient). Only where llmt_cpu_gemm_native(dev, dt) holds;

@@ -10,8 +10,10 @@
  * The choice is made once per device (llmt_cpu_backend_create), so a run
  * never mixes the two. */
 #include <omp.h>
+#include <string.h>
 
 #include "core/error.h"
+#include "ops/gemm_cd_check.h"
 #include "ops/cpu/cpu_backend.h"
 
 /* fp32 scratch elements of a widened 16-bit GEMM: A, B and C converted. */
@@ -104,6 +106,28 @@ int llmt_cpu_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t
                               bf, trans_b ? k : n, beta, cf, n, LLMT_DTYPE_F32, LLMT_DTYPE_F32));
     from_f32(dev, c, cf, m, n, ldc, dt);
     return LLMT_OK;
+}
+
+int llmt_cpu_gemm_cd(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                     float beta, const void *c, int64_t ldc, void *d, int64_t ldd, int dt,
+                     void *scratch)
+{
+    if (m <= 0 || n <= 0)
+        return LLMT_OK;
+    const size_t es = llmt_dtype_size(dt);
+    char why[96];
+    if (llmt_gemm_cd_refused(why, sizeof why, beta, c, ldc, d, ldd, m, n, es))
+        return llmt_fail(LLMT_EINVAL, "cpu gemm_cd: %s", why);
+    if (beta != 0.0f && c != d) {
+        /* Row by row: C's padding columns are not D's to write. */
+#pragma omp parallel for schedule(static) num_threads(threads_for(dev, m * n))
+        for (int64_t r = 0; r < m; r++)
+            memcpy((char *)d + (size_t)(r * ldd) * es, (const char *)c + (size_t)(r * ldc) * es,
+                   (size_t)n * es);
+    }
+    return llmt_cpu_gemm(dev, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, d, ldd, dt,
+                         scratch);
 }
 
 int llmt_cpu_gemm_serial(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n,

@@ -11,7 +11,9 @@
  * order between barriers so that a missing barrier shows up as a wrong
  * result. Floating-point arithmetic is the host's (no FMA contraction). The
  * GEMM is not emulated here: emu_gemm.cpp replaces cuda_gemm.cu with a plain
- * loop, and the CUDA runtime calls are host functions (emu_runtime.cpp). */
+ * loop, and the CUDA runtime calls are host functions (emu_runtime.cpp).
+ * Work runs at launch, except the copies of the backend's copy stream, which
+ * run only when waited for (so a missing wait shows up as wrong bits). */
 #ifndef LLMT_CUDA_EMU_H
 #define LLMT_CUDA_EMU_H
 
@@ -56,6 +58,10 @@ static inline uint64_t *exchange(uint64_t v)
 
 void run_grid(dim3 grid, dim3 block, const std::function<void()> &body);
 
+/* Makes stream lazy: its copies run only when something waits for them
+ * (emu_runtime.cpp). */
+void lazy_stream(cudaStream_t stream);
+
 template <typename K> struct launcher {
     dim3 grid, block;
     K kernel;
@@ -80,6 +86,7 @@ template <typename K> launcher<K> launch(dim3 grid, dim3 block, K kernel)
 
 #define LLMT_LAUNCH(grid, block, stream, ...)                                              \
     ((void)(stream), ::emu::launch((grid), (block), __VA_ARGS__))
+#define LLMT_CUDA_EMU_COPY_STREAM(stream) ::emu::lazy_stream(stream)
 
 static inline void __syncthreads()
 {

@@ -1,7 +1,8 @@
 /* The emulator's stand-in for cuda_gemm.cu (cuBLASLt cannot run without a
- * GPU): the same contract, row-major C = alpha op(A) op(B) + beta C with
- * fp32 accumulation over k in order and C not read when beta is 0, as a
- * plain loop. It checks the arguments cuBLASLt would reject. */
+ * GPU): the same contract, row-major D = alpha op(A) op(B) + beta C with
+ * fp32 accumulation over k in order, C read only and not at all when beta
+ * is 0, D == C or a separate output, as a plain loop. It checks the
+ * arguments cuBLASLt would reject, and refuses what cuda_gemm.cu refuses. */
 #include "cuda_emu.h"
 
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "../../../cuda/cuda_backend.h"
 #include "core/half.h"
+#include "ops/gemm_cd_check.h"
 
 static float get(const void *p, int dt, int64_t i)
 {
@@ -34,21 +36,27 @@ size_t llmt_cuda_gemm_scratch(void)
     return LLMT_CUDA_GEMM_WORKSPACE + LLMT_CUDA_ALIGN;
 }
 
-int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
-                     int64_t n, int64_t k, float alpha, const void *a, int64_t lda, const void *b,
-                     int64_t ldb, int ab_dt, float beta, void *c, int64_t ldc, int c_dt,
-                     void *scratch)
+int llmt_cuda_matmul_cd(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
+                        int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
+                        const void *b, int64_t ldb, int ab_dt, float beta, const void *c,
+                        int64_t ldc, void *d, int64_t ldd, int c_dt, void *scratch)
 {
     (void)scratch;
+    llmt_cuda_backend *cb = llmt_cuda(dev);
     LLMT_CUDA_CHECK_DT(dev, ab_dt, op);
     LLMT_CUDA_CHECK_DT(dev, c_dt, op);
     if (m <= 0 || n <= 0)
         return LLMT_OK;
+    char why[96];
+    if (llmt_gemm_cd_refused(why, sizeof why, beta, c, ldc, d, ldd, m, n, llmt_cuda_dt_size(c_dt)))
+        return cb->host->fail(LLMT_EINVAL, "CUDA %s: %s", op, why);
     /* cuBLASLt's limits on the leading dimensions of the stored matrices. */
-    if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n) || ldc < n) {
-        fprintf(stderr, "emulated %s: bad leading dimension (lda %lld ldb %lld ldc %lld for m %lld "
-                "n %lld k %lld, trans %d %d)\n", op, (long long)lda, (long long)ldb,
-                (long long)ldc, (long long)m, (long long)n, (long long)k, trans_a, trans_b);
+    if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n) ||
+        (beta != 0.0f && ldc < n) || ldd < n) {
+        fprintf(stderr, "emulated %s: bad leading dimension (lda %lld ldb %lld ldc %lld ldd %lld "
+                "for m %lld n %lld k %lld, trans %d %d)\n", op, (long long)lda, (long long)ldb,
+                (long long)ldc, (long long)ldd, (long long)m, (long long)n, (long long)k,
+                trans_a, trans_b);
         abort();
     }
     /* op(A) as [m, k] and op(B)^T as [n, k], fp32, so each dot product
@@ -70,11 +78,20 @@ int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b,
             float v = alpha * acc;
             if (beta != 0.0f)
                 v += beta * get(c, c_dt, i * ldc + j);
-            put(c, c_dt, i * ldc + j, v);
+            put(d, c_dt, i * ldd + j, v);
         }
     free(ak);
     free(bk);
     return LLMT_OK;
+}
+
+int llmt_cuda_matmul(llmt_device *dev, const char *op, int trans_a, int trans_b, int64_t m,
+                     int64_t n, int64_t k, float alpha, const void *a, int64_t lda, const void *b,
+                     int64_t ldb, int ab_dt, float beta, void *c, int64_t ldc, int c_dt,
+                     void *scratch)
+{
+    return llmt_cuda_matmul_cd(dev, op, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, ab_dt,
+                               beta, c, ldc, c, ldc, c_dt, scratch);
 }
 
 int llmt_cuda_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
@@ -83,4 +100,13 @@ int llmt_cuda_gemm(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_
 {
     return llmt_cuda_matmul(dev, "gemm", trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, dt,
                             beta, c, ldc, dt, scratch);
+}
+
+int llmt_cuda_gemm_cd(llmt_device *dev, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      float beta, const void *c, int64_t ldc, void *d, int64_t ldd, int dt,
+                      void *scratch)
+{
+    return llmt_cuda_matmul_cd(dev, "gemm_cd", trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                               dt, beta, c, ldc, d, ldd, dt, scratch);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <deque>
 #include <vector>
 
 namespace emu {
@@ -177,22 +178,141 @@ cudaError_t cudaSetDevice(int device)
     return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
+} // extern "C"
+
+/* Streams and events. Kernels, copies and memsets run at once on every
+ * stream but a lazy one (the backend's copy stream, marked by
+ * LLMT_CUDA_EMU_COPY_STREAM): its copies wait in a queue until something
+ * waits for them (an event recorded after them, a synchronize, a free), as
+ * late as CUDA allows. The copy then reads its source when it runs, so a
+ * missing wait before an op overwrites that source, or before the host or
+ * an op reads the destination, gives wrong bits instead of passing by luck. */
+namespace {
+
+struct emu_copy {
+    void *dst;
+    const void *src;
+    size_t count;
+};
+
+struct emu_stream {
+    bool lazy;
+    std::deque<emu_copy> queue; /* lazy: copies not yet run */
+    uint64_t queued, done;      /* copies queued and run since creation */
+};
+
+/* Where an event was recorded: the lazy stream and the copies queued there
+ * by then (NULL: complete at once). */
+struct emu_event {
+    emu_stream *stream;
+    uint64_t seq;
+};
+
+std::vector<emu_stream *> lazy_streams;
+
+emu_stream *as_stream(cudaStream_t s)
+{
+    return reinterpret_cast<emu_stream *>(s);
+}
+
+emu_event *as_event(cudaEvent_t e)
+{
+    return reinterpret_cast<emu_event *>(e);
+}
+
+/* Runs s's copies up to number seq. */
+void run_until(emu_stream *s, uint64_t seq)
+{
+    while (s->done < seq && !s->queue.empty()) {
+        const emu_copy c = s->queue.front();
+        s->queue.pop_front();
+        memmove(c.dst, c.src, c.count);
+        s->done++;
+    }
+}
+
+/* What a device-wide synchronization does: every lazy copy runs. */
+void run_all_lazy()
+{
+    for (emu_stream *s : lazy_streams)
+        run_until(s, s->queued);
+}
+
+} // namespace
+
+void emu::lazy_stream(cudaStream_t stream)
+{
+    emu_stream *s = as_stream(stream);
+    if (s && !s->lazy) {
+        s->lazy = true;
+        lazy_streams.push_back(s);
+    }
+}
+
+extern "C" {
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags)
 {
     (void)flags;
-    *stream = (cudaStream_t)malloc(1);
+    *stream = reinterpret_cast<cudaStream_t>(new emu_stream());
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    free((void *)stream);
+    emu_stream *s = as_stream(stream);
+    run_until(s, s->queued);
+    for (size_t i = 0; i < lazy_streams.size(); i++)
+        if (lazy_streams[i] == s)
+            lazy_streams.erase(lazy_streams.begin() + (long)i);
+    delete s;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
+    emu_stream *s = as_stream(stream);
+    run_until(s, s->queued);
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    run_all_lazy();
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+    (void)flags;
+    *event = reinterpret_cast<cudaEvent_t>(new emu_event());
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+    delete as_event(event);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+    emu_stream *s = as_stream(stream);
+    emu_event *e = as_event(event);
+    e->stream = s && s->lazy ? s : NULL; /* elsewhere all work before it is done */
+    e->seq = s ? s->queued : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
     (void)stream;
+    (void)flags;
+    /* The waiter's later work runs at once (or, lazy, later still): the
+     * work before the event must be done now. */
+    emu_event *e = as_event(event);
+    if (e->stream)
+        run_until(e->stream, e->seq);
     return cudaSuccess;
 }
 
@@ -206,8 +326,11 @@ cudaError_t cudaMalloc(void **ptr, size_t size)
     return cudaSuccess;
 }
 
+/* Frees synchronize the device, as CUDA's do: no queued copy outlives its
+ * buffers. */
 cudaError_t cudaFree(void *ptr)
 {
+    run_all_lazy();
     free(ptr);
     return cudaSuccess;
 }
@@ -219,6 +342,7 @@ cudaError_t cudaMallocHost(void **ptr, size_t size)
 
 cudaError_t cudaFreeHost(void *ptr)
 {
+    run_all_lazy();
     free(ptr);
     return cudaSuccess;
 }
@@ -234,9 +358,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
                             cudaStream_t stream)
 {
     (void)kind;
-    (void)stream;
-    if (count)
+    emu_stream *s = as_stream(stream);
+    if (s && s->lazy) {
+        s->queue.push_back(emu_copy{dst, src, count});
+        s->queued++;
+    } else if (count) {
         memmove(dst, src, count);
+    }
     return cudaSuccess;
 }
 

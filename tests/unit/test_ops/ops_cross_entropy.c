@@ -11,9 +11,14 @@
 #include "test_rand.h"
 
 /* Fused LM head and cross-entropy: three chunks (the last partial), ignored
- * targets, with and without gradient, logits copied out, and logits only. */
+ * targets, with and without gradient, logits copied out, and logits only;
+ * then all rows as one chunk (the CUDA backend's usual case: the head's
+ * gradient goes straight into dw) with gradient. Each backend's chunk and
+ * the CUDA scratch are checked against hand-computed values. */
 
-enum { CM = 23, CCHUNK = 8, CD = 40, CV = 50 };
+/* CV is over twice the CUDA row kernel's 512 threads: three in-place tiles
+ * per row, the last partial. */
+enum { CM = 23, CCHUNK = 8, CD = 40, CV = 1100 };
 static const float ce_scale = 0.37f;
 
 typedef struct ce_in {
@@ -45,6 +50,61 @@ static void ce_free(void *p)
     free(in);
 }
 
+/* The backend's preferred chunk, and on CUDA the scratch of these dims
+ * (the LM head's need is the largest: 32 MiB of GEMM workspace, then each
+ * region rounded up to 256 bytes, then 256 bytes of alignment slack). */
+static void check_ce_sizes(backend *b, llmt_op_dims dims)
+{
+    if (b == &g_cpu) { /* 256 rows at most, whatever the vocabulary */
+        assert_int_equal(b->ops->ce_chunk(CM, CV), CM);
+        assert_int_equal(b->ops->ce_chunk(2048, 32000), 256);
+        return;
+    }
+    /* All rows while their fp32 logits take at most 2^31 bytes: the ~1B
+     * step (8 x 2048 rows of 32000) is one chunk, 16384 x 128000 bytes;
+     * beyond, 2^31 / 128000 = 16777 rows, in whole 256s: 16640. */
+    assert_int_equal(b->ops->ce_chunk(CM, CV), CM);
+    assert_int_equal(b->ops->ce_chunk(16384, 32000), 16384);
+    assert_int_equal(b->ops->ce_chunk(16641, 32000), 16640);
+    assert_int_equal(b->ops->ce_chunk(1 << 20, 32000), 16640);
+    const size_t ws = (size_t)32 << 20, slack = 256;
+    /* One chunk of 23 rows: logits 23 x 1100 x 4 = 101200 -> 101376, row
+     * losses 184 -> 256, totals 16 -> 256; no [vocab, d] fp32 head gradient. */
+    dims.ce_chunk = CM;
+    assert_int_equal(b->ops->scratch_bytes(&dims), ws + 101376 + 256 + 256 + slack);
+    /* Chunks of 8: logits 35200 -> 35328, row losses 64 -> 256, totals 256,
+     * and for a 16-bit dtype the fp32 head gradient, 1100 x 40 x 4 = 176000
+     * -> 176128. */
+    dims.ce_chunk = CCHUNK;
+    assert_int_equal(b->ops->scratch_bytes(&dims),
+                     ws + 35328 + 256 + 256 + (dims.dt == LLMT_DTYPE_F32 ? 0 : 176128) + slack);
+}
+
+/* With gradient over all CM rows as one chunk: loss sum, dh and dw. */
+static void ce_run_one_chunk(backend *b, const ce_in *in, llmt_op_dims dims, void *h, void *w,
+                             void *tg, result *out)
+{
+    const int dt = in->dt;
+    dims.ce_chunk = CM;
+    void *scratch = scratch_alloc(b, dims, 0);
+    void *dh = dalloc(b, CM * CD * llmt_dtype_size(dt)), *dw = dput(b, in->dw0, CV * CD, dt);
+    double loss = -1.0;
+    int64_t count = -1;
+    llmt_ce_args a = {
+        .h = h, .w = w, .targets = tg, .m = CM, .d = CD, .vocab = CV, .chunk = CM, .dt = dt,
+        .want_grad = 1, .grad_scale = ce_scale, .dh = dh, .dw = dw, .scratch = scratch,
+        .loss_sum = &loss, .count = &count,
+    };
+    OK(b->ops->lm_head_ce(b->dev, &a));
+    assert_int_equal(count, CM - 4);
+    add_scalar(out, "loss sum (1 chunk)", loss);
+    add_dev(out, b, "dh (1 chunk)", dh, CM * CD, dt);
+    add_dev(out, b, "dw (1 chunk)", dw, CV * CD, dt);
+    dfree(b, dh);
+    dfree(b, dw);
+    dfree(b, scratch);
+}
+
 static void ce_run(backend *b, int v, const void *p, result *out)
 {
     (void)v;
@@ -54,6 +114,7 @@ static void ce_run(backend *b, int v, const void *p, result *out)
     llmt_op_dims dims = {0};
     dims.batch = 1, dims.seq = CM, dims.hidden = CD, dims.vocab = CV, dims.ce_chunk = CCHUNK;
     dims.dt = dt;
+    check_ce_sizes(b, dims);
     void *scratch = scratch_alloc(b, dims, 0);
     void *h = dput(b, in->h, CM * CD, dt), *w = dput(b, in->w, CV * CD, dt);
     void *tg = dput_raw(b, in->targets, sizeof in->targets);
@@ -89,6 +150,7 @@ static void ce_run(backend *b, int v, const void *p, result *out)
         dfree(b, dh);
         dfree(b, dw);
     }
+    ce_run_one_chunk(b, in, dims, h, w, tg, out);
     free(logits);
     dfree(b, h);
     dfree(b, w);
@@ -139,6 +201,9 @@ static void ce_ref(int v, const void *p, result *out)
     add_scalar(out, "loss sum (no grad)", loss);
     add_scalar(out, "count (no grad)", (double)count);
     add_d(out, "logits (logits only)", logits, CM * CV);
+    add_scalar(out, "loss sum (1 chunk)", loss);
+    add_d(out, "dh (1 chunk)", dh, CM * CD);
+    add_d(out, "dw (1 chunk)", dw, CV * CD);
     free(logits);
     free(g);
     free(dh);

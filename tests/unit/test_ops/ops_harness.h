@@ -100,6 +100,13 @@ extern const op_test gemm_test, gemm_model_test, embed_test, rms_test, rope_test
  * one element at a time in fp32 (what the CUDA kernel and an offloaded
  * update must reproduce), for every variant, odd lengths and inf/NaN. */
 void check_adamw_cpu_bits(void);
+/* gemm_cd (tests/unit/test_ops/ops_gemm_residual.c): on the CPU the bits of
+ * copying C into D and a gemm on D, in every dtype; _refusals: D == C with
+ * another leading dimension, D overlapping C and a NULL C read by beta are
+ * refused with a message, D adjacent to C and beta 0 without C accepted. */
+extern const op_test gemm_cd_test;
+void check_gemm_cd_cpu_bits(void);
+void check_gemm_cd_refusals(backend *b);
 /* BF16_PURE's stochastically rounded weights: CUDA equals the CPU bit for bit. */
 void check_stochastic_bits(void);
 /* grad_stats_blocks on b: each block's partial within tol (relative) of the
