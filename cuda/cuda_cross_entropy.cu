@@ -142,20 +142,40 @@ __global__ void __launch_bounds__(CE_THREADS)
     }
 }
 
+#define CE_TOTAL_THREADS 256
+
 /* totals += the chunk's row losses in row order; count += rows with a target. */
-__global__ void ce_total_kernel(double *totals, const double *row_loss, const int32_t *targets,
-                                int64_t rows)
+__global__ void __launch_bounds__(CE_TOTAL_THREADS)
+    ce_total_kernel(double *totals, const double *row_loss, const int32_t *targets, int64_t rows)
 {
-    if (blockIdx.x != 0 || threadIdx.x != 0)
-        return;
-    double sum = totals[0];
-    long long count = ((long long *)totals)[1];
-    for (int64_t r = 0; r < rows; r++) {
-        sum += row_loss[r];
-        count += targets[r] >= 0;
+    /* The block stages a tile of row losses in shared memory with one
+     * coalesced load, so thread 0's ordered sum waits on no global loads. */
+    __shared__ double tile_loss[CE_TOTAL_THREADS];
+    __shared__ int tile_counted[CE_TOTAL_THREADS];
+    double sum = 0.0;
+    long long count = 0;
+    if (threadIdx.x == 0)
+        sum = totals[0], count = ((long long *)totals)[1];
+    for (int64_t t0 = 0; t0 < rows; t0 += CE_TOTAL_THREADS) { /* block-uniform */
+        const int64_t r = t0 + threadIdx.x;
+        if (r < rows) {
+            tile_loss[threadIdx.x] = row_loss[r];
+            tile_counted[threadIdx.x] = targets[r] >= 0;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const int64_t n = rows - t0 < CE_TOTAL_THREADS ? rows - t0 : CE_TOTAL_THREADS;
+            for (int64_t i = 0; i < n; i++) {
+                sum += tile_loss[i];
+                count += tile_counted[i];
+            }
+        }
+        __syncthreads(); /* the tile is read before the next one is staged */
     }
-    totals[0] = sum;
-    ((long long *)totals)[1] = count;
+    if (threadIdx.x == 0) {
+        totals[0] = sum;
+        ((long long *)totals)[1] = count;
+    }
 }
 
 /* Byte offsets of the scratch regions, from the aligned start. */
@@ -237,7 +257,8 @@ int llmt_cuda_lm_head_ce(llmt_device *dev, const llmt_ce_args *a)
                            LLMT_LAUNCH(llmt_cuda_blocks(rows, 1), CE_THREADS, stream,
                                        ce_rows_kernel<T>)(logits, row_loss, a->targets + c0, rows,
                                                           V, want_grad, a->grad_scale));
-        LLMT_LAUNCH(1, 32, stream, ce_total_kernel)(totals, row_loss, a->targets + c0, rows);
+        LLMT_LAUNCH(1, CE_TOTAL_THREADS, stream, ce_total_kernel)(totals, row_loss,
+                                                                   a->targets + c0, rows);
         LLMT_CUDA_LAUNCHED(dev, op);
         if (!want_grad)
             continue;

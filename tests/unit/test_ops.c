@@ -72,6 +72,20 @@ static void test_gemm_cd_bits_cpu(void **state)
     check_gemm_cd_refusals(&g_cpu);
 }
 
+static void test_ce_many_rows_cpu(void **state)
+{
+    (void)state;
+    check_ce_many_rows(&g_cpu);
+}
+
+static void test_ce_many_rows_cuda(void **state)
+{
+    (void)state;
+    if (!g_have_cuda)
+        cuda_unavailable(g_cuda_why);
+    check_ce_many_rows(&g_cuda);
+}
+
 static void test_gemm_cd_refusals_cuda(void **state)
 {
     (void)state;
@@ -423,6 +437,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_swiglu_cpu),
         cmocka_unit_test(test_add_cast_cpu),
         cmocka_unit_test(test_lm_head_ce_cpu),
+        cmocka_unit_test(test_ce_many_rows_cpu),
         cmocka_unit_test(test_bf16_products_native_cpu),
         cmocka_unit_test(test_grad_stats_cpu),
         cmocka_unit_test(test_grad_stats_blocks_cpu),
@@ -444,6 +459,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_swiglu_cuda),
         cmocka_unit_test(test_add_cast_cuda),
         cmocka_unit_test(test_lm_head_ce_cuda),
+        cmocka_unit_test(test_ce_many_rows_cuda),
         cmocka_unit_test(test_grad_stats_cuda),
         cmocka_unit_test(test_grad_stats_blocks_cuda),
         cmocka_unit_test(test_grad_stats_huge_cuda),

@@ -212,3 +212,56 @@ static void ce_ref(int v, const void *p, result *out)
 
 const op_test ce_test = {"lm_head_ce", 3, dt_name, dt_of, ce_make, ce_run, ce_ref,
                                 ce_free, 1.0};
+
+/* Many rows in one chunk (600: the CUDA total kernel's tiles of 256 rows,
+ * the last partial), fp32, losses only, every seventh target ignored: the
+ * count exactly and the loss sum against a double-precision reference (a
+ * tile lost or counted twice moves it by a third or more). */
+void check_ce_many_rows(backend *b)
+{
+    enum { M = 600, D = 8, V = 64 };
+    uint64_t s = 77;
+    float *h = randn(&s, M * D, 1.0, LLMT_DTYPE_F32), *w = randn(&s, V * D, 0.5, LLMT_DTYPE_F32);
+    int32_t targets[M];
+    double want = 0.0;
+    int64_t want_count = 0;
+    for (int i = 0; i < M; i++) {
+        targets[i] = i % 7 == 3 ? -1 : (int32_t)(trand_u64(&s) % V);
+        if (targets[i] < 0)
+            continue;
+        double logit[V], mx = -INFINITY, sum = 0.0;
+        for (int v = 0; v < V; v++) {
+            logit[v] = 0.0;
+            for (int k = 0; k < D; k++)
+                logit[v] += (double)h[i * D + k] * w[v * D + k];
+            mx = logit[v] > mx ? logit[v] : mx;
+        }
+        for (int v = 0; v < V; v++)
+            sum += exp(logit[v] - mx);
+        want += mx + log(sum) - logit[targets[i]];
+        want_count++;
+    }
+    llmt_op_dims dims = {0};
+    dims.batch = 1, dims.seq = M, dims.hidden = D, dims.vocab = V, dims.ce_chunk = M;
+    dims.heads = 1, dims.kv_heads = 1, dims.head_dim = D, dims.ffn = D;
+    dims.dt = LLMT_DTYPE_F32, dims.num_threads = 2;
+    void *scratch = scratch_alloc(b, dims, 0);
+    void *dh_ = dput(b, h, M * D, LLMT_DTYPE_F32), *dw_ = dput(b, w, V * D, LLMT_DTYPE_F32);
+    void *tg = dput_raw(b, targets, sizeof targets);
+    double loss = -1.0;
+    int64_t count = -1;
+    llmt_ce_args a = {
+        .h = dh_, .w = dw_, .targets = tg, .m = M, .d = D, .vocab = V, .chunk = M,
+        .dt = LLMT_DTYPE_F32, .scratch = scratch, .loss_sum = &loss, .count = &count,
+    };
+    OK(b->ops->lm_head_ce(b->dev, &a));
+    assert_int_equal(count, want_count);
+    if (fabs(loss - want) > 1e-5 * fabs(want))
+        fail_msg("%s: loss sum %.9g, reference %.9g", b->name, loss, want);
+    dfree(b, tg);
+    dfree(b, dh_);
+    dfree(b, dw_);
+    dfree(b, scratch);
+    free(h);
+    free(w);
+}

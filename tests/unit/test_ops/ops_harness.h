@@ -107,6 +107,9 @@ void check_adamw_cpu_bits(void);
 extern const op_test gemm_cd_test;
 void check_gemm_cd_cpu_bits(void);
 void check_gemm_cd_refusals(backend *b);
+/* lm_head_ce over 600 rows in one chunk: the count and the loss sum against
+ * a double reference (tests/unit/test_ops/ops_cross_entropy.c). */
+void check_ce_many_rows(backend *b);
 /* BF16_PURE's stochastically rounded weights: CUDA equals the CPU bit for bit. */
 void check_stochastic_bits(void);
 /* grad_stats_blocks on b: each block's partial within tol (relative) of the
