@@ -159,7 +159,7 @@ int llmt_cuda_copy_to_host_async(llmt_device *dev, void *dst, const void *src, s
                                  int fence);
 int llmt_cuda_wait_fence(llmt_device *dev, int fence);
 
-/* ---- GEMM (cuda_gemm.cu) */
+/* ---- GEMM (cuBLASLt in cuda_gemm.cu; the entry points over it in cuda_gemm_ops.cu) */
 /* C[m,n] = alpha op(A) op(B) + beta C, row-major, A and B of dtype ab_dt and
  * C of c_dt, fp32 accumulation; scratch (may be NULL) holds the workspace of
  * LLMT_CUDA_GEMM_WORKSPACE bytes from llmt_cuda_align_ptr(scratch). */
