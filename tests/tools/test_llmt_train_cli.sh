@@ -20,11 +20,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # A version-1 shard (docs/data.md) of the bytes of text $2 as tokens: the
 # header is magic 20240520, version 1, the count, zeros; UTF-16LE of ASCII
 # is each byte as a little-endian uint16.
-write_shard() {
-    n=${#2}
-    le32() { printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))\\$(printf %03o $(($1 >> 24 & 255)))"; }
-    { le32 20240520; le32 1; le32 "$n"; head -c 1012 /dev/zero; printf %s "$2" | iconv -f ASCII -t UTF-16LE; } > "$1"
-}
+. "$(dirname "$0")/shard_v1.sh"
 text=""
 for i in 1 2 3 4 5 6 7 8; do text="${text}a bad cab fed a deaf jade bead; mama hid a ham. "; done
 mkdir "$tmp/d"
