@@ -4,12 +4,24 @@
  * the directory of the NCCL found when it was configured), so the plugin
  * loads and runs without NCCL until one is asked for.
  *
- * Every collective is enqueued on the backend's own stream (so it is
- * ordered after the kernels that produced its input without events) and
- * then waited for by polling, for at most LLMT_NCCL_TIMEOUT_S seconds; a
- * collective that does not finish, or that NCCL reports an asynchronous
- * error for, aborts the communicator (ncclCommAbort) and fails with
- * LLMT_ECOMM naming it. Later calls on an aborted engine fail at once.
+ * Every collective is enqueued on the engine's own stream, after an event
+ * recorded on the backend's stream (so it is ordered after the kernels
+ * queued before it), and then waited for by polling, for at most
+ * LLMT_NCCL_TIMEOUT_S seconds; a collective that does not finish, or that
+ * NCCL reports an asynchronous error for, aborts the communicator
+ * (ncclCommAbort) and fails with LLMT_ECOMM naming it. Later calls on an
+ * aborted engine fail at once.
+ *
+ * One exchange is not waited for: alltoallv_add (the gradient reduction
+ * overlapped with backward) queues the exchange and the owner's sums on the
+ * engine's stream and returns, and join makes the backend's stream wait for
+ * them. Every NCCL call of the engine goes on its one stream, in the order
+ * the host makes them, so the calls reach NCCL in the same order on every
+ * rank; the next collective the host waits for first waits (bounded, as
+ * above) for what was queued, and so does the release, so a queued exchange
+ * that never finishes still ends in a bounded wait. A failure while
+ * queuing aborts the communicator (this rank's calls are then out of step
+ * with the others').
  *
  * Buffers in host memory (the library's small agreement messages:
  * llmt_comm_agree, llmt_comm_check_same) are staged through a device
@@ -90,7 +102,10 @@ static int nccl_loaded(const llmt_plugin_host *host)
 
 typedef struct nccl_engine {
     llmt_cuda_backend *cb;
-    ncclComm_t comm; /* NULL once aborted */
+    cudaStream_t stream;          /* every NCCL call and staging copy of the engine */
+    cudaEvent_t ops_queued, done; /* recorded on cb->stream; on stream (join) */
+    int pending;                  /* alltoallv_add queued work not yet waited for */
+    ncclComm_t comm;              /* NULL once aborted */
     int32_t rank, size;
     int64_t *barrier_value; /* one device int64 that barrier reduces */
     char *bounce;           /* device staging of host buffers */
@@ -151,14 +166,14 @@ static double seconds_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Waits until the backend's stream has run what was enqueued, for at most
+/* Waits until the engine's stream has run what was enqueued, for at most
  * LLMT_NCCL_TIMEOUT_S seconds. Polls without sleeping for the first
  * thousand checks (a collective of a few bytes), then every 50 us. */
 static int wait_done(nccl_engine *e, const char *coll)
 {
     const double start = seconds_now();
     for (unsigned polls = 0;; polls++) {
-        cudaError_t q = cudaStreamQuery(e->cb->stream);
+        cudaError_t q = cudaStreamQuery(e->stream);
         if (q == cudaSuccess)
             return LLMT_OK;
         if (q != cudaErrorNotReady) {
@@ -182,12 +197,32 @@ static int wait_done(nccl_engine *e, const char *coll)
     }
 }
 
-/* Makes the engine's device current on this thread; fails on an aborted engine. */
+/* Makes the engine's device current on this thread and orders the
+ * engine's stream after every op queued on the backend's; fails on an
+ * aborted engine. */
 static int begin(nccl_engine *e, const char *coll)
 {
     if (!e->comm)
         return engine_fail(e, coll, "the communicator was aborted by an earlier failure");
-    return cuda_call(e, coll, "cudaSetDevice", cudaSetDevice(e->cb->device));
+    LLMT_NCCL_TRY(cuda_call(e, coll, "cudaSetDevice", cudaSetDevice(e->cb->device)));
+    LLMT_NCCL_TRY(cuda_call(e, coll, "cudaEventRecord", cudaEventRecord(e->ops_queued,
+                                                                        e->cb->stream)));
+    return cuda_call(e, coll, "cudaStreamWaitEvent",
+                     cudaStreamWaitEvent(e->stream, e->ops_queued, 0));
+}
+
+/* begin for a collective the host waits for: first waits (bounded) for
+ * what alltoallv_add queued, so that no staging copy from pageable host
+ * memory (which may synchronize with the stream) can block outside the
+ * bounded wait. */
+static int begin_sync(nccl_engine *e, const char *coll)
+{
+    LLMT_NCCL_TRY(begin(e, coll));
+    if (e->pending) {
+        LLMT_NCCL_TRY(wait_done(e, coll));
+        e->pending = 0;
+    }
+    return LLMT_OK;
 }
 
 /* Whether p (not NULL) is memory the device can use directly (device
@@ -255,7 +290,7 @@ static int stage_in(nccl_engine *e, const char *coll, staging *s)
              : in_recv     ? s->drecv + (sp - r0)
                            : e->bounce + recv_region;
     s->recv_staged = !recv_direct;
-    cudaStream_t st = e->cb->stream;
+    cudaStream_t st = e->stream;
     /* All of a host recv goes in, so what the collective leaves alone comes back unchanged. */
     const cudaMemcpyKind in = cudaMemcpyHostToDevice;
     if (!recv_direct)
@@ -275,7 +310,7 @@ static int finish(nccl_engine *e, const char *coll, const staging *s)
         return LLMT_OK;
     LLMT_NCCL_TRY(cuda_call(e, coll, "cudaMemcpyAsync from the staging",
                             cudaMemcpyAsync(s->recv, s->drecv, s->rb, cudaMemcpyDeviceToHost,
-                                            e->cb->stream)));
+                                            e->stream)));
     return wait_done(e, coll);
 }
 
@@ -298,7 +333,7 @@ static int copy_self(nccl_engine *e, const char *coll, char *dst, size_t dst_off
         return LLMT_OK;
     return cuda_call(e, coll, "cudaMemcpyAsync", cudaMemcpyAsync(dst + dst_offset, src, bytes,
                                                                  cudaMemcpyDeviceToDevice,
-                                                                 e->cb->stream));
+                                                                 e->stream));
 }
 
 /* Grouped send/recv with every other rank: to i, sb[i] bytes at send +
@@ -312,9 +347,9 @@ static int exchange(nccl_engine *e, const char *coll, const char *send, const si
         if (i == e->rank)
             continue;
         if (sb[i])
-            r = g_nccl.send(send + (so ? so[i] : 0), sb[i], ncclUint8, i, e->comm, e->cb->stream);
+            r = g_nccl.send(send + (so ? so[i] : 0), sb[i], ncclUint8, i, e->comm, e->stream);
         if (r == ncclSuccess && rb[i])
-            r = g_nccl.recv(recv + ro[i], rb[i], ncclUint8, i, e->comm, e->cb->stream);
+            r = g_nccl.recv(recv + ro[i], rb[i], ncclUint8, i, e->comm, e->stream);
     }
     ncclResult_t end = g_nccl.group_end();
     LLMT_NCCL_TRY(nccl_call(e, coll, "ncclSend/ncclRecv", r));
@@ -327,7 +362,7 @@ static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes
 {
     nccl_engine *e = (nccl_engine *)user;
     const char *coll = "alltoallv";
-    LLMT_NCCL_TRY(begin(e, coll));
+    LLMT_NCCL_TRY(begin_sync(e, coll));
     if (send_bytes[e->rank] != recv_bytes[e->rank])
         return engine_fail(e, coll, "this rank sends itself %zu bytes but receives %zu",
                            send_bytes[e->rank], recv_bytes[e->rank]);
@@ -342,12 +377,82 @@ static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes
     return finish(e, coll, &s);
 }
 
+/* The queuing of alltoallv_add (after begin): the exchange, then each
+ * rank's piece added to sum in rank order, on the engine's stream. */
+static int queue_exchange_add(nccl_engine *e, const char *coll, const void *send,
+                              const size_t *send_bytes, const size_t *send_offsets, void *recv,
+                              const size_t *recv_bytes, const size_t *recv_offsets, float *sum,
+                              int64_t n, int dt)
+{
+    if (send_bytes[e->rank] != recv_bytes[e->rank])
+        return engine_fail(e, coll, "this rank sends itself %zu bytes but receives %zu",
+                           send_bytes[e->rank], recv_bytes[e->rank]);
+    const size_t piece = (size_t)n * llmt_cuda_dt_size(dt);
+    for (int32_t i = 0; i < e->size; i++)
+        if (recv_bytes[i] && recv_bytes[i] != piece)
+            return engine_fail(e, coll, "rank %d's piece is %zu bytes, the sum takes %zu", i,
+                               recv_bytes[i], piece);
+    int direct = 1;
+    if (extent(send_bytes, send_offsets, e->size))
+        LLMT_NCCL_TRY(classify(e, coll, send, &direct));
+    if (direct && extent(recv_bytes, recv_offsets, e->size))
+        LLMT_NCCL_TRY(classify(e, coll, recv, &direct));
+    if (!direct)
+        return engine_fail(e, coll, "a buffer is host memory (the overlapped exchange moves "
+                           "device memory only)");
+    const size_t own = recv_bytes[e->rank];
+    LLMT_NCCL_TRY(copy_self(e, coll, (char *)recv, recv_offsets[e->rank],
+                            own ? (const char *)send + send_offsets[e->rank] : NULL, own));
+    LLMT_NCCL_TRY(exchange(e, coll, (const char *)send, send_bytes, send_offsets, (char *)recv,
+                           recv_bytes, recv_offsets));
+    for (int32_t i = 0; i < e->size; i++)
+        if (recv_bytes[i])
+            LLMT_NCCL_TRY(llmt_cuda_accumulate_on(&e->cb->base, e->stream, sum,
+                                                  (const char *)recv + recv_offsets[i], n, dt));
+    return LLMT_OK;
+}
+
+/* The llmt_nccl_api's alltoallv_add: alltoallv on device buffers, then
+ * each rank's received piece added to sum in rank order, all queued on the
+ * engine's stream without waiting (see the top of the file). Any failure
+ * aborts the communicator: the other ranks' calls could no longer be
+ * matched by this rank's, and their next wait then fails in bounded time. */
+static int nccl_alltoallv_add(void *user, const void *send, const size_t *send_bytes,
+                              const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                              const size_t *recv_offsets, float *sum, int64_t n, int dt)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    const char *coll = "alltoallv_add";
+    LLMT_NCCL_TRY(begin(e, coll));
+    e->pending = 1;
+    int rc = queue_exchange_add(e, coll, send, send_bytes, send_offsets, recv, recv_bytes,
+                                recv_offsets, sum, n, dt);
+    if (rc && e->comm) { /* the failure's own message stays */
+        g_nccl.abort(e->comm);
+        e->comm = NULL;
+    }
+    return rc;
+}
+
+/* The llmt_nccl_api's join: the backend's stream waits for what the engine
+ * queued; the host does not. */
+static int nccl_join(void *user)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    const char *coll = "join";
+    if (!e->comm)
+        return engine_fail(e, coll, "the communicator was aborted by an earlier failure");
+    LLMT_NCCL_TRY(cuda_call(e, coll, "cudaEventRecord", cudaEventRecord(e->done, e->stream)));
+    return cuda_call(e, coll, "cudaStreamWaitEvent",
+                     cudaStreamWaitEvent(e->cb->stream, e->done, 0));
+}
+
 static int nccl_allgatherv(void *user, const void *send, void *recv, const size_t *bytes,
                            const size_t *offsets)
 {
     nccl_engine *e = (nccl_engine *)user;
     const char *coll = "allgatherv";
-    LLMT_NCCL_TRY(begin(e, coll));
+    LLMT_NCCL_TRY(begin_sync(e, coll));
     const size_t mine = bytes[e->rank];
     staging s = {send, recv, mine, extent(bytes, offsets, e->size), NULL, NULL, 0};
     LLMT_NCCL_TRY(stage_in(e, coll, &s));
@@ -368,12 +473,12 @@ static int nccl_broadcast(void *user, void *buf, size_t bytes, int32_t root)
 {
     nccl_engine *e = (nccl_engine *)user;
     const char *coll = "broadcast";
-    LLMT_NCCL_TRY(begin(e, coll));
+    LLMT_NCCL_TRY(begin_sync(e, coll));
     staging s = {NULL, buf, 0, bytes, NULL, NULL, 0};
     LLMT_NCCL_TRY(stage_in(e, coll, &s));
     LLMT_NCCL_TRY(nccl_call(e, coll, "ncclBroadcast",
                             g_nccl.broadcast(s.drecv, s.drecv, bytes, ncclUint8, root, e->comm,
-                                             e->cb->stream)));
+                                             e->stream)));
     return finish(e, coll, &s);
 }
 
@@ -386,14 +491,14 @@ static int reduce(nccl_engine *e, const char *coll, int64_t *values, size_t coun
     LLMT_NCCL_TRY(nccl_call(e, coll, "ncclAllReduce",
                             g_nccl.all_reduce(s.drecv, s.drecv, count, ncclInt64,
                                               op == LLMT_COMM_SUM ? ncclSum : ncclMax, e->comm,
-                                              e->cb->stream)));
+                                              e->stream)));
     return finish(e, coll, &s);
 }
 
 static int nccl_allreduce_i64(void *user, int64_t *values, size_t count, int32_t op)
 {
     nccl_engine *e = (nccl_engine *)user;
-    LLMT_NCCL_TRY(begin(e, "allreduce_i64"));
+    LLMT_NCCL_TRY(begin_sync(e, "allreduce_i64"));
     return reduce(e, "allreduce_i64", values, count, op);
 }
 
@@ -401,7 +506,7 @@ static int nccl_allreduce_i64(void *user, int64_t *values, size_t count, int32_t
 static int nccl_barrier(void *user)
 {
     nccl_engine *e = (nccl_engine *)user;
-    LLMT_NCCL_TRY(begin(e, "barrier"));
+    LLMT_NCCL_TRY(begin_sync(e, "barrier"));
     return reduce(e, "barrier", e->barrier_value, 1, LLMT_COMM_SUM);
 }
 
@@ -424,8 +529,20 @@ static void nccl_destroy(void *user)
     if (!e)
         return;
     cudaSetDevice(e->cb->device);
+    /* What alltoallv_add queued may still read the buffers freed below:
+     * waited for within the bounded wait (which aborts on failure). */
+    if (e->comm && e->pending)
+        wait_done(e, "the communicator's release");
+    if (e->stream)
+        cudaStreamSynchronize(e->stream);
     if (e->comm)
         g_nccl.destroy(e->comm);
+    if (e->stream)
+        cudaStreamDestroy(e->stream);
+    if (e->ops_queued)
+        cudaEventDestroy(e->ops_queued);
+    if (e->done)
+        cudaEventDestroy(e->done);
     cudaFree(e->barrier_value);
     cudaFree(e->bounce);
     free(e);
@@ -451,9 +568,15 @@ static int nccl_create(llmt_device *dev, const uint8_t *id, int32_t rank, int32_
     err = cudaMalloc((void **)&e->barrier_value, sizeof *e->barrier_value);
     if (err == cudaSuccess)
         err = cudaMemset(e->barrier_value, 0, sizeof *e->barrier_value);
+    if (err == cudaSuccess)
+        err = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&e->ops_queued, cudaEventDisableTiming);
+    if (err == cudaSuccess)
+        err = cudaEventCreateWithFlags(&e->done, cudaEventDisableTiming);
     if (err != cudaSuccess) {
         nccl_destroy(e);
-        return cb->host->fail(LLMT_ECUDA, "cudaMalloc or cudaMemset of 8 bytes: %s",
+        return cb->host->fail(LLMT_ECUDA, "the engine's buffer, stream or events: %s",
                               cudaGetErrorString(err));
     }
     ncclUniqueId uid;
@@ -478,7 +601,8 @@ extern "C" __attribute__((visibility("default"))) int llmt_plugin_cuda_nccl(
     if (!host || host->abi != LLMT_BACKEND_ABI || version != LLMT_NCCL_API_VERSION)
         return LLMT_EVERSION;
 #ifdef LLMT_CUDA_HAVE_NCCL
-    static const llmt_nccl_api api = {nccl_unique_id, nccl_create, nccl_destroy};
+    static const llmt_nccl_api api = {nccl_unique_id, nccl_create, nccl_destroy,
+                                      nccl_alltoallv_add, nccl_join};
     *out = &api;
     return LLMT_OK;
 #else

@@ -43,7 +43,7 @@ static void cuda_destroy(llmt_device *dev)
     free(cb);
 }
 
-/* The copy stream of copy_to_host_async and its events (ordering only: no
+/* The copy stream of the async copies and its events (ordering only: no
  * timing); on failure those made are released by cuda_destroy. */
 static cudaError_t make_copy_stream(llmt_cuda_backend *cb)
 {
@@ -73,6 +73,8 @@ static llmt_backend_ops make_cuda_ops(void)
     o.synchronize = llmt_cuda_synchronize;
     o.copy_to_host_async = llmt_cuda_copy_to_host_async;
     o.wait_fence = llmt_cuda_wait_fence;
+    o.copy_to_device_async = llmt_cuda_copy_to_device_async;
+    o.fence_sync = llmt_cuda_fence_sync;
     o.destroy = cuda_destroy;
     o.scratch_bytes = cuda_scratch_bytes;
     o.gemm = llmt_cuda_gemm;

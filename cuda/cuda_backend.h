@@ -51,9 +51,10 @@ typedef struct llmt_cuda_backend {
     const llmt_plugin_host *host;
     int device;
     cudaStream_t stream;
-    /* The copy stream of copy_to_host_async (cuda_memory.cu): `queued` is
-     * recorded on `stream` before each such copy and waited for on
-     * copy_stream; fence[f] is recorded on copy_stream after the copy. */
+    /* The copy stream of copy_to_host_async and copy_to_device_async
+     * (cuda_memory.cu): `queued` is recorded on `stream` before each such
+     * copy and waited for on copy_stream; fence[f] is recorded on
+     * copy_stream after the copy. */
     cudaStream_t copy_stream;
     cudaEvent_t queued, fence[LLMT_COPY_FENCES];
     cublasLtHandle_t lt;
@@ -158,6 +159,9 @@ int llmt_cuda_synchronize(llmt_device *dev);
 int llmt_cuda_copy_to_host_async(llmt_device *dev, void *dst, const void *src, size_t bytes,
                                  int fence);
 int llmt_cuda_wait_fence(llmt_device *dev, int fence);
+int llmt_cuda_copy_to_device_async(llmt_device *dev, void *dst, const void *src, size_t bytes,
+                                   int fence);
+int llmt_cuda_fence_sync(llmt_device *dev, int fence);
 
 /* ---- GEMM (cuBLASLt in cuda_gemm.cu; the entry points over it in cuda_gemm_ops.cu) */
 /* C[m,n] = alpha op(A) op(B) + beta C, row-major, A and B of dtype ab_dt and
@@ -233,5 +237,9 @@ int llmt_cuda_grad_stats_blocks(llmt_device *dev, const void *g, int64_t n, int 
 int llmt_cuda_adamw(llmt_device *dev, const llmt_adamw_args *args);
 /* sum (fp32) += x (dtype dt) widened, over n elements (ops.h's accumulate). */
 int llmt_cuda_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n, int dt);
+/* accumulate on a given stream of dev (the NCCL engine's, for the sums it
+ * queues behind its exchanges). */
+int llmt_cuda_accumulate_on(llmt_device *dev, cudaStream_t stream, float *sum, const void *x,
+                            int64_t n, int dt);
 
 #endif

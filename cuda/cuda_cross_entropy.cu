@@ -6,8 +6,8 @@
  * - one kernel, a block per row, for the row's loss (in double) and, with a
  *   gradient, grad_scale * (softmax - onehot) written in place in the
  *   model's dtype: element k of a 16-bit gradient goes to 16-bit slot k of
- *   the row's own fp32 storage, so the rounded rows keep a stride of 2 vocab
- *   elements (as the CPU's native path, lib/ops/cpu/cpu_cross_entropy.c);
+ *   the row's own fp32 storage, so the rounded rows keep a stride of twice
+ *   the fp32 one (as the CPU's native path, lib/ops/cpu/cpu_cross_entropy.c);
  *   the gradient is rounded once, from fp32, and no conversion pass runs;
  * - dh = dlogits W and dW += dlogits^T h, two GEMMs on that gradient
  *   (cuBLASLt multiplies operands of one type; fp32 products over the whole
@@ -29,10 +29,18 @@
  * CPU's order (the same bits run to run). It and the count are copied back
  * at the end.
  *
+ * The fp32 logits rows have a stride of ce_logits_ld(vocab) floats, vocab
+ * rounded up to a multiple of 4, so every fp32 row and every 16-bit
+ * gradient row (2 ce_logits_ld elements, 4 ce_logits_ld bytes) starts
+ * 16-byte aligned, as cuBLASLt's fastest kernels want of the GEMMs' rows
+ * (an odd vocabulary such as GPT-2's 50257 would leave them 4-byte
+ * aligned). A row's padding, at most 3 floats, is never written as logits
+ * nor read: every loop and GEMM stops at vocab.
+ *
  * Scratch, from llmt_cuda_align_ptr(scratch), each region 256-aligned:
- * GEMM workspace | logits [chunk, vocab] f32 | row losses [chunk] f64 |
- * totals (f64 sum, i64 count) | with several chunks of a 16-bit dtype only:
- * head gradient [vocab, d] f32. */
+ * GEMM workspace | logits [chunk, ce_logits_ld(vocab)] f32 | row losses
+ * [chunk] f64 | totals (f64 sum, i64 count) | with several chunks of a
+ * 16-bit dtype only: head gradient [vocab, d] f32. */
 #include <string.h>
 
 #include "cuda_kernels.cuh"
@@ -80,20 +88,21 @@ __device__ __forceinline__ void block_softmax_stats(float &mx, float &sum, float
     __syncthreads(); /* smx, ssum are reused by the next row */
 }
 
-/* Loss of each row of a chunk of fp32 logits; with want_grad the row
- * becomes the gradient of scale * loss in T, in place (slot k of a row of T
- * over the row's fp32 storage). Rows with target -1 have loss 0 (and zero
- * gradient). One pass reads the row for its max and sum of exponentials
- * (each thread's running pair, rescaled when its max grows), one more
- * writes the gradient. */
+/* Loss of each row of a chunk of fp32 logits (row stride ld floats, of
+ * which the first vocab are logits); with want_grad the row becomes the
+ * gradient of scale * loss in T, in place (slot k of a row of T over the
+ * row's fp32 storage: for 16-bit T a stride of 2 ld). Rows with target -1
+ * have loss 0 (and zero gradient). One pass reads the row for its max and
+ * sum of exponentials (each thread's running pair, rescaled when its max
+ * grows), one more writes the gradient. */
 template <typename T>
 __global__ void __launch_bounds__(CE_THREADS)
     ce_rows_kernel(float *logits, double *row_loss, const int32_t *targets, int64_t rows,
-                   int64_t vocab, int want_grad, float scale)
+                   int64_t vocab, int64_t ld, int want_grad, float scale)
 {
     __shared__ float smx[32], ssum[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        float *row = logits + r * vocab;
+        float *row = logits + r * ld;
         T *grad = (T *)row;
         const int32_t target = targets[r];
         if (target < 0) { /* block-uniform */
@@ -183,13 +192,21 @@ typedef struct ce_layout {
     size_t logits, row_loss, totals, dw, end;
 } ce_layout;
 
+/* Row stride, in floats, of the fp32 logits of a vocabulary: vocab rounded
+ * up to a multiple of 4 (16 bytes; see the file's comment). */
+static int64_t ce_logits_ld(int64_t vocab)
+{
+    return (vocab + 3) / 4 * 4;
+}
+
 /* head_f32: the fp32 [vocab, d] head gradient is needed (several chunks of
  * a 16-bit dtype). */
 static ce_layout ce_plan(int64_t chunk, int64_t vocab, int64_t d, int head_f32)
 {
     ce_layout l;
     l.logits = llmt_cuda_round_up(LLMT_CUDA_GEMM_WORKSPACE);
-    l.row_loss = l.logits + llmt_cuda_round_up((size_t)(chunk * vocab) * sizeof(float));
+    l.row_loss =
+        l.logits + llmt_cuda_round_up((size_t)(chunk * ce_logits_ld(vocab)) * sizeof(float));
     l.totals = l.row_loss + llmt_cuda_round_up((size_t)chunk * sizeof(double));
     l.dw = l.totals + llmt_cuda_round_up(2 * sizeof(double));
     l.end = l.dw + (head_f32 ? llmt_cuda_round_up((size_t)(vocab * d) * sizeof(float)) : 0);
@@ -198,9 +215,11 @@ static ce_layout ce_plan(int64_t chunk, int64_t vocab, int64_t d, int head_f32)
 
 int64_t llmt_cuda_ce_chunk(int64_t m, int64_t vocab)
 {
-    /* The rows whose logits fit the bound, in whole 256-row units (at least
-     * one): a constant of the vocabulary, so min(m, it) grows with m. */
-    int64_t most = vocab > 0 ? LLMT_CUDA_CE_LOGITS_BYTES / (vocab * (int64_t)sizeof(float)) : 0;
+    /* The rows whose (padded) logits fit the bound, in whole 256-row units
+     * (at least one): a constant of the vocabulary, so min(m, it) grows
+     * with m. */
+    int64_t most =
+        vocab > 0 ? LLMT_CUDA_CE_LOGITS_BYTES / (ce_logits_ld(vocab) * (int64_t)sizeof(float)) : 0;
     most = most / 256 * 256;
     if (most < 256)
         most = 256;
@@ -211,6 +230,20 @@ size_t llmt_cuda_ce_scratch(const llmt_op_dims *d)
 {
     const int head_f32 = d->dt != LLMT_DTYPE_F32 && d->ce_chunk < d->batch * d->seq;
     return ce_plan(d->ce_chunk, d->vocab, d->hidden, head_f32).end + LLMT_CUDA_ALIGN;
+}
+
+/* Copies a chunk's rows of fp32 logits (row stride ld) to the host's
+ * [rows, vocab] at dst in one copy, a 2-D one that leaves the padding
+ * behind (rows of vocab floats from a pitch of ld to one of vocab). */
+static int ce_copy_logits(llmt_device *dev, float *dst, const float *logits, int64_t rows,
+                          int64_t vocab, int64_t ld, cudaStream_t stream)
+{
+    const size_t row_bytes = (size_t)vocab * sizeof(float);
+    LLMT_CUDA_CHECK(dev, cudaMemcpy2DAsync(dst, row_bytes, logits, (size_t)ld * sizeof(float),
+                                           row_bytes, (size_t)rows, cudaMemcpyDeviceToHost,
+                                           stream),
+                    "lm_head_ce");
+    return LLMT_OK;
 }
 
 int llmt_cuda_lm_head_ce(llmt_device *dev, const llmt_ce_args *a)
@@ -227,9 +260,9 @@ int llmt_cuda_lm_head_ce(llmt_device *dev, const llmt_ce_args *a)
     const int dt = a->dt, wide = dt == LLMT_DTYPE_F32;
     const int want_grad = a->want_grad && a->targets;
     const int head_f32 = want_grad && !wide && a->chunk < a->m;
-    const int64_t V = a->vocab, d = a->d;
+    const int64_t V = a->vocab, d = a->d, ld = ce_logits_ld(V);
     /* Row stride of the in-place gradient, in elements of the dtype. */
-    const int64_t ldg = wide ? V : 2 * V;
+    const int64_t ldg = wide ? ld : 2 * ld;
     const size_t esize = llmt_cuda_dt_size(dt);
     cudaStream_t stream = cb->stream;
     const ce_layout lay = ce_plan(a->chunk, V, d, head_f32);
@@ -244,19 +277,17 @@ int llmt_cuda_lm_head_ce(llmt_device *dev, const llmt_ce_args *a)
         const int64_t rows = c0 + a->chunk < a->m ? a->chunk : a->m - c0;
         const void *h = (const char *)a->h + (size_t)(c0 * d) * esize;
         int rc = llmt_cuda_matmul(dev, op, 0, 1, rows, V, d, 1.0f, h, d, a->w, d, dt, 0.0f,
-                                  logits, V, LLMT_DTYPE_F32, a->scratch);
+                                  logits, ld, LLMT_DTYPE_F32, a->scratch);
+        if (!rc && a->logits_out)
+            rc = ce_copy_logits(dev, a->logits_out + c0 * V, logits, rows, V, ld, stream);
         if (rc)
             return rc;
-        if (a->logits_out)
-            LLMT_CUDA_CHECK(dev, cudaMemcpyAsync(a->logits_out + c0 * V, logits,
-                                                 (size_t)(rows * V) * sizeof(float),
-                                                 cudaMemcpyDeviceToHost, stream), op);
         if (!a->targets)
             continue;
         LLMT_CUDA_DISPATCH(dt, T,
                            LLMT_LAUNCH(llmt_cuda_blocks(rows, 1), CE_THREADS, stream,
                                        ce_rows_kernel<T>)(logits, row_loss, a->targets + c0, rows,
-                                                          V, want_grad, a->grad_scale));
+                                                          V, ld, want_grad, a->grad_scale));
         LLMT_LAUNCH(1, CE_TOTAL_THREADS, stream, ce_total_kernel)(totals, row_loss,
                                                                    a->targets + c0, rows);
         LLMT_CUDA_LAUNCHED(dev, op);

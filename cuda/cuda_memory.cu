@@ -1,6 +1,7 @@
 /* CUDA backend: device memory, pinned host memory for staging, and copies
  * on the context's stream. Copies that involve the host wait for the stream;
- * everything else is queued, and copy_to_host_async runs on the copy stream.
+ * everything else is queued, and the async copies (both directions) run on
+ * the copy stream.
  *
  * Copies let the runtime tell host from device pointers (cudaMemcpyDefault,
  * unified addressing): the library hands STAGING buffers, which are pinned
@@ -88,45 +89,74 @@ int llmt_cuda_synchronize(llmt_device *dev)
     return LLMT_OK;
 }
 
-/* The copy stream's ordering, which the emulator (running everything at
- * once) cannot show wrong, so it is argued here:
- * - The copy reads src after the ops that wrote it: `queued` is recorded on
- *   the compute stream at the call, after every op queued before it, and
- *   the copy stream waits for it before the copy. Reusing the one event is
- *   safe: cudaStreamWaitEvent takes the record made before it, and a later
- *   record does not change what an earlier wait waits for.
- * - Nothing overwrites src or reads dst too early: the caller's contract
- *   (ops.h) is to wait_fence(fence) first, which makes the compute stream
- *   wait for fence's last record, made on the copy stream after this copy
- *   (and, in stream order, after every earlier copy on it); the host's
- *   readers of dst call synchronize, which waits for both streams.
- * - Copies on the copy stream run in the order queued, so a later store of
- *   the same host bytes lands last. */
+/* Checks fence for op; LLMT_OK or LLMT_EINVAL naming it. */
+static int check_fence(llmt_device *dev, int fence, const char *op)
+{
+    if (fence < 0 || fence >= LLMT_COPY_FENCES)
+        return llmt_cuda(dev)->host->fail(LLMT_EINVAL, "CUDA %s: fence = %d is not in 0..%d",
+                                          op, fence, LLMT_COPY_FENCES - 1);
+    return LLMT_OK;
+}
+
+/* The copy stream's ordering, argued here (the emulator runs the copy
+ * stream's copies only when something waits for them, so a missing wait
+ * changes bits there):
+ * - A copy reads its source after the ops that wrote it: `queued` is
+ *   recorded on the compute stream at the call, after every op queued
+ *   before it, and the copy stream waits for it before the copy. Reusing
+ *   the one event is safe: cudaStreamWaitEvent takes the record made before
+ *   it, and a later record does not change what an earlier wait waits for.
+ * - Copies on the copy stream run in the order queued (one stream), so a
+ *   later copy of the same bytes lands last, and a fence's mark covers
+ *   every copy queued before it.
+ * - Nothing overwrites a source or reads a destination too early: the
+ *   caller's contract (ops.h) is, on the device side, to wait_fence(fence)
+ *   first, which makes the compute stream wait for fence's last record,
+ *   and on the host side to fence_sync(fence) (or synchronize), which
+ *   waits for it on the host. */
+static int copy_async(llmt_device *dev, void *dst, const void *src, size_t bytes, int fence,
+                      const char *op)
+{
+    llmt_cuda_backend *cb = llmt_cuda(dev);
+    int rc = check_fence(dev, fence, op);
+    if (rc || bytes == 0)
+        return rc;
+    LLMT_CUDA_CHECK(dev, cudaEventRecord(cb->queued, cb->stream), op);
+    LLMT_CUDA_CHECK(dev, cudaStreamWaitEvent(cb->copy_stream, cb->queued, 0), op);
+    LLMT_CUDA_CHECK(dev, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cb->copy_stream), op);
+    LLMT_CUDA_CHECK(dev, cudaEventRecord(cb->fence[fence], cb->copy_stream), op);
+    return LLMT_OK;
+}
+
 int llmt_cuda_copy_to_host_async(llmt_device *dev, void *dst, const void *src, size_t bytes,
                                  int fence)
 {
-    llmt_cuda_backend *cb = llmt_cuda(dev);
-    if (fence < 0 || fence >= LLMT_COPY_FENCES)
-        return cb->host->fail(LLMT_EINVAL, "CUDA copy to host (async): fence = %d is not in "
-                              "0..%d", fence, LLMT_COPY_FENCES - 1);
-    if (bytes == 0)
-        return LLMT_OK;
-    LLMT_CUDA_CHECK(dev, cudaEventRecord(cb->queued, cb->stream), "copy to host (async)");
-    LLMT_CUDA_CHECK(dev, cudaStreamWaitEvent(cb->copy_stream, cb->queued, 0),
-                    "copy to host (async)");
-    LLMT_CUDA_CHECK(dev, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cb->copy_stream),
-                    "copy to host (async)");
-    LLMT_CUDA_CHECK(dev, cudaEventRecord(cb->fence[fence], cb->copy_stream),
-                    "copy to host (async)");
-    return LLMT_OK;
+    return copy_async(dev, dst, src, bytes, fence, "copy to host (async)");
+}
+
+int llmt_cuda_copy_to_device_async(llmt_device *dev, void *dst, const void *src, size_t bytes,
+                                   int fence)
+{
+    return copy_async(dev, dst, src, bytes, fence, "copy to device (async)");
 }
 
 int llmt_cuda_wait_fence(llmt_device *dev, int fence)
 {
+    int rc = check_fence(dev, fence, "wait for copies");
+    if (rc)
+        return rc;
     llmt_cuda_backend *cb = llmt_cuda(dev);
-    if (fence < 0 || fence >= LLMT_COPY_FENCES)
-        return cb->host->fail(LLMT_EINVAL, "CUDA wait for copies: fence = %d is not in 0..%d",
-                              fence, LLMT_COPY_FENCES - 1);
     LLMT_CUDA_CHECK(dev, cudaStreamWaitEvent(cb->stream, cb->fence[fence], 0), "wait for copies");
+    return LLMT_OK;
+}
+
+/* cudaEventSynchronize on an event never recorded returns at once. */
+int llmt_cuda_fence_sync(llmt_device *dev, int fence)
+{
+    int rc = check_fence(dev, fence, "host wait for copies");
+    if (rc)
+        return rc;
+    LLMT_CUDA_CHECK(dev, cudaEventSynchronize(llmt_cuda(dev)->fence[fence]),
+                    "host wait for copies");
     return LLMT_OK;
 }

@@ -287,15 +287,20 @@ template <typename T> __global__ void accumulate_kernel(float *sum, const T *x, 
     }
 }
 
-int llmt_cuda_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n, int dt)
+int llmt_cuda_accumulate_on(llmt_device *dev, cudaStream_t stream, float *sum, const void *x,
+                            int64_t n, int dt)
 {
     LLMT_CUDA_CHECK_DT(dev, dt, "accumulate");
     if (n <= 0)
         return LLMT_OK;
     LLMT_CUDA_DISPATCH(dt, T,
                        LLMT_LAUNCH(llmt_cuda_blocks((n + LLMT_GROUP - 1) / LLMT_GROUP, 256), 256,
-                                   llmt_cuda(dev)->stream, accumulate_kernel<T>)(
-                           sum, (const T *)x, n));
+                                   stream, accumulate_kernel<T>)(sum, (const T *)x, n));
     LLMT_CUDA_LAUNCHED(dev, "accumulate");
     return LLMT_OK;
+}
+
+int llmt_cuda_accumulate(llmt_device *dev, float *sum, const void *x, int64_t n, int dt)
+{
+    return llmt_cuda_accumulate_on(dev, llmt_cuda(dev)->stream, sum, x, n, dt);
 }

@@ -308,24 +308,31 @@ int llmt_cuda_rmsnorm_bwd(llmt_device *dev, void *dx, void *dw, const void *dout
     return LLMT_OK;
 }
 
-/* ---- RoPE: one block per row (its position taken once), a thread per
- * rotated pair of the row's heads, 32-bit index arithmetic within the row */
+/* ---- RoPE: positions on the grid's x, the sequences that hold them on y;
+ * a block per row, a thread per rotated pair of the row's heads, 32-bit
+ * index arithmetic within the row */
 
+/* Row r is at position r % seq: block (x, y) takes positions t = x, x +
+ * gridDim.x, ... and, for each, rows t + seq (y + j gridDim.y), j = 0, 1,
+ * ..., below m, so the position is known by construction and no 64-bit
+ * division runs (the host divides once, for the grid's height). */
 template <typename T>
 __global__ void rope_kernel(T *x, const float *cos_sin, int64_t m, int64_t seq, uint32_t heads,
                             uint32_t head_dim, int64_t row_stride, float sign)
 {
     const uint32_t half = head_dim / 2, pairs = heads * half;
-    for (int64_t r = blockIdx.x; r < m; r += gridDim.x) {
-        const float *cs = cos_sin + 2 * (r % seq) * half; /* cosines, then sines */
-        T *row = x + r * row_stride;
-        for (uint32_t e = threadIdx.x; e < pairs; e += blockDim.x) {
-            const uint32_t h = e / half, i = e - h * half;
-            const float c = cs[i], s = sign * cs[half + i];
-            T *v = row + h * head_dim;
-            const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
-            v[i] = from_f32<T>(x1 * c - x2 * s);
-            v[i + half] = from_f32<T>(x2 * c + x1 * s);
+    for (int64_t t = blockIdx.x; t < seq; t += gridDim.x) {
+        const float *cs = cos_sin + 2 * t * half; /* cosines, then sines */
+        for (int64_t r = t + blockIdx.y * seq; r < m; r += gridDim.y * seq) {
+            T *row = x + r * row_stride;
+            for (uint32_t e = threadIdx.x; e < pairs; e += blockDim.x) {
+                const uint32_t h = e / half, i = e - h * half;
+                const float c = cs[i], s = sign * cs[half + i];
+                T *v = row + h * head_dim;
+                const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
+                v[i] = from_f32<T>(x1 * c - x2 * s);
+                v[i + half] = from_f32<T>(x2 * c + x1 * s);
+            }
         }
     }
 }
@@ -337,8 +344,16 @@ int llmt_cuda_rope(llmt_device *dev, void *x, const float *cos_sin, int64_t m, i
     const int64_t total = m * heads * (head_dim / 2);
     if (total <= 0)
         return LLMT_OK;
+    if (seq < 1)
+        return llmt_cuda(dev)->host->fail(LLMT_EINVAL, "CUDA rope: seq = %lld is not positive",
+                                          (long long)seq);
+    /* x: positions (at most m of them hold rows); y: the sequences, at most
+     * 65535 (the grid's height limit), striding over the rest. */
+    const int64_t sequences = (m + seq - 1) / seq;
+    const dim3 grid(llmt_cuda_blocks(m < seq ? m : seq, 1),
+                    (unsigned)(sequences < 65535 ? sequences : 65535));
     LLMT_CUDA_DISPATCH(dt, T,
-                       LLMT_LAUNCH(llmt_cuda_blocks(m, 1), ROW_THREADS, llmt_cuda(dev)->stream,
+                       LLMT_LAUNCH(grid, ROW_THREADS, llmt_cuda(dev)->stream,
                                    rope_kernel<T>)((T *)x, cos_sin, m, seq, (uint32_t)heads,
                                                    (uint32_t)head_dim, row_stride,
                                                    inverse ? -1.0f : 1.0f));

@@ -98,8 +98,9 @@ LLMT_API int llmt_comm_agree(llmt_comm *comm, int status);
 
 /* NCCL on the CUDA backend: the CUDA plugin dlopens libnccl.so.2 (its
  * RUNPATH holds the directory of the NCCL found at build time) and runs
- * the collectives above on device memory of the context's device, on the
- * context's stream, each waited for (at most 600 s; past that, or on an
+ * the collectives above on device memory of the context's device, on a
+ * stream of its own that first waits for the work queued on the context's
+ * stream, each waited for (at most 600 s; past that, or on an
  * asynchronous NCCL error, the communicator is aborted and every later
  * collective fails with LLMT_ECOMM). Host buffers are accepted too (staged
  * through the device), so llmt_comm_check_same and llmt_comm_agree work

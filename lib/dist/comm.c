@@ -46,6 +46,29 @@ int llmt_comm_alltoallv(llmt_comm *c, const char *what, const void *send, const 
     return LLMT_OK;
 }
 
+int llmt_comm_alltoallv_add(llmt_comm *c, const char *what, const void *send,
+                            const size_t *send_bytes, const size_t *send_offsets, void *recv,
+                            const size_t *recv_bytes, const size_t *recv_offsets, float *sum,
+                            int64_t n, int dt)
+{
+    size_t size = (size_t)c->ops.size;
+    LLMT_TRY(check_counts(c, what, send_bytes, send_offsets, size));
+    LLMT_TRY(check_counts(c, what, recv_bytes, recv_offsets, size));
+    int st = c->alltoallv_add(c->ops.user, send, send_bytes, send_offsets, recv, recv_bytes,
+                              recv_offsets, sum, n, dt);
+    if (st)
+        return engine_failed(c, what, st);
+    for (size_t i = 0; i < size; i++)
+        c->bytes_sent += i == (size_t)c->ops.rank ? 0 : (int64_t)send_bytes[i];
+    return LLMT_OK;
+}
+
+int llmt_comm_join(llmt_comm *c, const char *what)
+{
+    int st = c->join(c->ops.user);
+    return st ? engine_failed(c, what, st) : LLMT_OK;
+}
+
 int llmt_comm_allgatherv(llmt_comm *c, const char *what, const void *send, void *recv,
                          const size_t *bytes, const size_t *offsets)
 {

@@ -27,6 +27,12 @@ struct llmt_comm {
      * stream (NCCL: the context it was made on); host buffers still work,
      * staged by the engine. NULL: host memory (a host's table). */
     const struct llmt_device *device;
+    /* The overlapped reduction of an engine that has one (the NCCL
+     * engine's, lib/dist/comm_nccl_plugin.h); both NULL otherwise. */
+    int (*alltoallv_add)(void *user, const void *send, const size_t *send_bytes,
+                         const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                         const size_t *recv_offsets, float *sum, int64_t n, int dt);
+    int (*join)(void *user);
 };
 
 /* Makes the communicator over a checked table: runs the membership check
@@ -43,6 +49,15 @@ int llmt_comm_alltoallv(llmt_comm *c, const char *what, const void *send, const 
                         const size_t *recv_offsets);
 int llmt_comm_allgatherv(llmt_comm *c, const char *what, const void *send, void *recv,
                          const size_t *bytes, const size_t *offsets);
+/* The engine's alltoallv_add (c->alltoallv_add not NULL): the exchange
+ * of llmt_comm_alltoallv and the sum of the received pieces, queued, not
+ * waited for; llmt_comm_join then orders the device's later ops after it.
+ * Failures as llmt_comm_alltoallv's. */
+int llmt_comm_alltoallv_add(llmt_comm *c, const char *what, const void *send,
+                            const size_t *send_bytes, const size_t *send_offsets, void *recv,
+                            const size_t *recv_bytes, const size_t *recv_offsets, float *sum,
+                            int64_t n, int dt);
+int llmt_comm_join(llmt_comm *c, const char *what);
 int llmt_comm_broadcast(llmt_comm *c, const char *what, void *buf, size_t bytes, int32_t root);
 int llmt_comm_allreduce_i64(llmt_comm *c, const char *what, int64_t *values, size_t count, int op);
 

@@ -62,5 +62,9 @@ int llmt_comm_create_nccl(llmt_comm **out, llmt_context *ctx,
     if (rc)
         return llmt_fail_prefix(rc, "%s", fn);
     rc = llmt_comm_adopt(out, &ops, api->destroy, ctx->backend);
-    return rc ? llmt_fail_prefix(rc, "%s", fn) : LLMT_OK;
+    if (rc)
+        return llmt_fail_prefix(rc, "%s", fn);
+    (*out)->alltoallv_add = api->alltoallv_add;
+    (*out)->join = api->join;
+    return LLMT_OK;
 }

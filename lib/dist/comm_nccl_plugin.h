@@ -6,6 +6,7 @@
 #ifndef LLMT_DIST_COMM_NCCL_PLUGIN_H
 #define LLMT_DIST_COMM_NCCL_PLUGIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "llmt/comm.h"
@@ -13,7 +14,7 @@
 
 #define LLMT_CUDA_PLUGIN_NCCL "llmt_plugin_cuda_nccl"
 /* Bumped whenever llmt_nccl_api changes. */
-#define LLMT_NCCL_API_VERSION 1
+#define LLMT_NCCL_API_VERSION 2
 /* Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
 #define LLMT_NCCL_ID_BYTES 128
 /* Seconds a collective may take before the engine aborts the communicator. */
@@ -31,6 +32,19 @@ typedef struct llmt_nccl_api {
                   llmt_comm_ops *ops);
     /* Releases what create made (ops->user). */
     void (*destroy)(void *user);
+    /* The overlapped reduction (user: ops->user). alltoallv_add queues on
+     * the engine's stream, after every op queued on dev's stream before the
+     * call, the alltoallv of the arguments (device memory only) and then,
+     * for each rank i in order with recv_bytes[i] > 0 (each n elements of
+     * dtype dt), sum[0, n) += recv + recv_offsets[i] in fp32; it returns
+     * without waiting, and none of its buffers may be touched until a join.
+     * join makes ops queued later on dev's stream wait for all of it; the
+     * host does not wait. A failure in the queued work surfaces in the next
+     * collective's (bounded) wait. */
+    int (*alltoallv_add)(void *user, const void *send, const size_t *send_bytes,
+                         const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                         const size_t *recv_offsets, float *sum, int64_t n, int dt);
+    int (*join)(void *user);
 } llmt_nccl_api;
 
 /* The plugin's function: LLMT_EVERSION when host->abi or version differs

@@ -8,6 +8,12 @@
 #include "model/grad_place.h"
 #include "model/model_internal.h"
 
+/* Tells m->bucket_final, if any, that bucket b's gradients are final. */
+static int bucket_final(llmt_model *m, int32_t b)
+{
+    return m->bucket_final ? m->bucket_final(m->bucket_final_user, b) : LLMT_OK;
+}
+
 /* Recomputes what layer l's flags dropped, from its kept inputs. */
 static int recompute(llmt_model *m, int64_t l)
 {
@@ -92,10 +98,15 @@ int llmt_model_backward(llmt_model *m)
                             llmt_model_at(m, &m->weights, m->norm),
                             (const float *)(work + m->layout.rstdf), M, m->dims.d, 0, m->dt,
                             work + m->layout.scratch));
-    for (int64_t l = m->dims.layers - 1; l >= 0; l--)
+    /* The tail (final norm, an untied head written during the forward) is final. */
+    LLMT_TRY(bucket_final(m, llmt_grad_bucket_count(m) - 1));
+    for (int64_t l = m->dims.layers - 1; l >= 0; l--) {
         LLMT_TRY(layer_backward(m, l));
+        LLMT_TRY(bucket_final(m, (int32_t)(1 + l)));
+    }
     const int32_t *ids = (const int32_t *)((char *)m->acts.ptr + m->layout.tokens);
     LLMT_TRY(llmt_grads_at(m, 0, m->embed, &g_embed));
-    return m->ops->embedding_bwd(m->dev, g_embed, work + m->layout.g_res, ids, M, m->dims.d,
-                                 m->dt);
+    LLMT_TRY(m->ops->embedding_bwd(m->dev, g_embed, work + m->layout.g_res, ids, M, m->dims.d,
+                                   m->dt));
+    return bucket_final(m, 0);
 }

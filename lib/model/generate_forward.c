@@ -29,12 +29,17 @@ void llmt_gen_layout_compute(const llmt_model *m, int64_t max_context, llmt_gen_
     out->gu = take(&at, r * (size_t)(2 * d->ffn) * es);
     out->s = take(&at, r * (size_t)d->ffn * es);
     out->rstd = take(&at, r * sizeof(float));
-    /* One scratch serves the ops, which run one at a time: the products and
-     * the LM head of a chunk of `rows` (the ops of a model with seq = rows
-     * and one row of logits at a time), and cached attention, which grows
-     * with the cache. */
-    llmt_op_dims od = {1, rows, d->d, d->heads, d->kv_heads, d->head_dim, d->ffn, d->vocab, 1,
-                       m->dt, m->dev->num_threads};
+    /* One scratch serves the ops, which run one at a time: the products of
+     * a chunk of `rows` (the ops of a model with seq = rows), the LM head
+     * (one row, chunk 1) and cached attention, which grows with the cache.
+     * The head's chunk in the dims is the backend's for `rows` rows, as the
+     * model's layout sizes it (layout.c): `rows` on both backends, so the
+     * size covers the one-row call and carries no multi-chunk buffer (a
+     * ce_chunk of 1 below batch x seq = rows made the CUDA size reserve an
+     * fp32 [vocab, d] head gradient for 16-bit dtypes, which a call
+     * without gradient never touches). */
+    llmt_op_dims od = {1, rows, d->d, d->heads, d->kv_heads, d->head_dim, d->ffn, d->vocab,
+                       m->ops->ce_chunk(rows, d->vocab), m->dt, m->dev->num_threads};
     llmt_attn_dims ad = {1, max_context, d->heads, d->kv_heads, d->head_dim};
     size_t ops = m->ops->scratch_bytes(&od),
            kv = m->ops->attention_kv_scratch_bytes(&ad, m->dev->num_threads);
@@ -67,7 +72,6 @@ static int layer_forward(llmt_generator *g, int64_t l, int64_t n)
     void *cache = llmt_model_at(m, &g->kv, l * g->cfg.max_context * g->kv_row);
     void *kv_new = llmt_model_at(m, &g->kv, (l * g->cfg.max_context + g->pos) * g->kv_row);
     const float *cos_sin = (const float *)m->rope.ptr + g->pos * d->head_dim;
-    const size_t row_bytes = (size_t)(n * d->d) * llmt_dtype_size(dt);
 
     LLMT_TRY(ops->rmsnorm_fwd(m->dev, h, rstd, x, w_at(m, o->ln1), n, d->d, eps, dt));
     /* The fused [q | k | v] weight: its q rows into q, its k and v rows into the cache. */
@@ -81,17 +85,17 @@ static int layer_forward(llmt_generator *g, int64_t l, int64_t n)
     LLMT_TRY(ops->rope(m->dev, kv_new, cos_sin, n, n, d->kv_heads, d->head_dim, g->kv_row, 0, dt));
     llmt_attn_dims ad = {1, g->pos + n, d->heads, d->kv_heads, d->head_dim};
     LLMT_TRY(ops->attention_kv_fwd(m->dev, att, q, cache, n, &ad, dt, scratch));
-    LLMT_TRY(ops->copy_on_device(m->dev, xmid, x, row_bytes));
-    LLMT_TRY(ops->gemm(m->dev, 0, 1, n, d->d, d->att_dim, 1.0f, att, d->att_dim, w_at(m, o->wo),
-                       d->att_dim, 1.0f, xmid, d->d, dt, scratch));
+    /* xmid = x + att Wo^T: the residual add in the product's epilogue */
+    LLMT_TRY(ops->gemm_cd(m->dev, 0, 1, n, d->d, d->att_dim, 1.0f, att, d->att_dim,
+                          w_at(m, o->wo), d->att_dim, 1.0f, x, d->d, xmid, d->d, dt, scratch));
     void *gu = wk(g, g->lay.gu), *s = wk(g, g->lay.s);
     LLMT_TRY(ops->rmsnorm_fwd(m->dev, h, rstd, xmid, w_at(m, o->ln2), n, d->d, eps, dt));
     LLMT_TRY(ops->gemm(m->dev, 0, 1, n, 2 * d->ffn, d->d, 1.0f, h, d->d, w_at(m, o->wgu), d->d,
                        0.0f, gu, 2 * d->ffn, dt, scratch));
     LLMT_TRY(ops->swiglu_fwd(m->dev, s, gu, n, d->ffn, dt));
-    LLMT_TRY(ops->copy_on_device(m->dev, x, xmid, row_bytes));
-    return ops->gemm(m->dev, 0, 1, n, d->d, d->ffn, 1.0f, s, d->ffn, w_at(m, o->wdown), d->ffn,
-                     1.0f, x, d->d, dt, scratch);
+    /* x = xmid + s Wdown^T */
+    return ops->gemm_cd(m->dev, 0, 1, n, d->d, d->ffn, 1.0f, s, d->ffn, w_at(m, o->wdown), d->ffn,
+                        1.0f, xmid, d->d, x, d->d, dt, scratch);
 }
 
 int llmt_gen_forward_chunk(llmt_generator *g, const int32_t *tokens, int64_t n, float *logits)

@@ -125,6 +125,13 @@ struct llmt_model {
     llmt_buf acts, work;
     /* Dimensions of the micro-batch being run (at most the arena's). */
     int64_t run_batch, run_seq;
+    /* Called by backward as each gradient bucket's values become final
+     * for the micro-batch, in the order L + 1, L, ..., 0 (the tail first,
+     * the embedding last, L the model's layers); its failure ends backward.
+     * NULL: none. Set around one micro-batch by the data-parallel step to
+     * reduce gradients while backward runs (lib/train/dist.c). */
+    int (*bucket_final)(void *user, int32_t bucket);
+    void *bucket_final_user;
 };
 
 /* Device address of element offset off in buffer b of the model's dtype. */

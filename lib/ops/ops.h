@@ -15,12 +15,14 @@
 
 /* Bumped whenever llmt_backend_ops or llmt_plugin_host changes, so a CUDA
  * plugin from another build is refused instead of misused. */
-#define LLMT_BACKEND_ABI 10
+#define LLMT_BACKEND_ABI 11
 
 typedef struct llmt_device llmt_device;
 
-/* Fences of copy_to_host_async (one per gradient bucket slot). */
-#define LLMT_COPY_FENCES 2
+/* Fences of the copy stream's copies: 0 and 1 mark the gradient bucket's
+ * slots (lib/model/grad_buckets.c), 2 and 3 the optimizer offload's two
+ * staging halves (lib/optim/offload.c). */
+#define LLMT_COPY_FENCES 4
 
 /* Arguments of one AdamW update over n consecutive parameters (PyTorch's
  * AdamW: w *= 1 - lr wd; m, v updated; w -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)),
@@ -105,15 +107,30 @@ typedef struct llmt_backend_ops {
      * synchronous: callers use copy_to_host). copy_to_host_async queues a
      * copy of bytes from device src to host dst (HOST_STATE or STAGING
      * memory: pinned on CUDA) that starts after every op queued before the
-     * call, returns without waiting, and marks fence `fence` (0 ..
-     * LLMT_COPY_FENCES - 1) after the copy, replacing the fence's earlier
-     * mark. Until a wait_fence on that fence (or synchronize), no op may
-     * write src and the host may not touch dst. */
+     * call and every copy queued on the copy stream before it (the copy
+     * stream runs its copies in the order queued), returns without
+     * waiting, and marks fence `fence` (0 .. LLMT_COPY_FENCES - 1) after
+     * the copy, replacing the fence's earlier mark. Until a wait_fence on
+     * that fence (or synchronize), no op may write src and the host may not
+     * touch dst. */
     int (*copy_to_host_async)(llmt_device *dev, void *host_dst, const void *src, size_t bytes,
                               int fence);
     /* Ops queued after this call start once the copies up to fence's last
      * mark are done; the host does not wait. A fence never marked: no wait. */
     int (*wait_fence)(llmt_device *dev, int fence);
+    /* Loads from the host that overlap the host's work, on the same copy
+     * stream (NULL where host_memory). copy_to_device_async queues a copy
+     * of bytes from host src (HOST_STATE or STAGING memory) to device dst
+     * ordered like copy_to_host_async's copies (after every op queued
+     * before the call and every earlier copy on the copy stream), returns
+     * without waiting, and marks fence `fence` like copy_to_host_async.
+     * Until a fence_sync on that fence (or synchronize) the host may not
+     * write src; until a wait_fence on it no op may read or write dst. */
+    int (*copy_to_device_async)(llmt_device *dev, void *dst, const void *host_src, size_t bytes,
+                                int fence);
+    /* Returns once the copies up to fence's last mark are done (the host
+     * waits; the ops do not). A fence never marked: returns at once. */
+    int (*fence_sync)(llmt_device *dev, int fence);
 
     /* Releases the backend instance. */
     void (*destroy)(llmt_device *dev);

@@ -61,7 +61,7 @@ size_t llmt_offload_staging_bytes(int host_memory, int64_t host_elems, size_t w_
     if (host_memory || host_elems <= 0)
         return 0;
     int64_t k = host_elems < LLMT_OFFLOAD_CHUNK ? host_elems : LLMT_OFFLOAD_CHUNK;
-    return 2 * (size_t)k * w_size;
+    return 2 * LLMT_OFFLOAD_HALVES * (size_t)k * w_size;
 }
 
 /* The state buffers of one placement. */
@@ -214,47 +214,160 @@ int llmt_offload_alloc(llmt_optimizer *o, int64_t split)
     return llmt_offload_master_from_weights(o);
 }
 
-int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e)
+/* One chunk of a host-segment update: elements [c, c + k), whose gradients
+ * are in host_grads (host_g) or on the device; k = 0: none left. */
+typedef struct chunk {
+    int64_t c, k;
+    int host_g;
+} chunk;
+
+/* The chunk of the range [c, e) that starts at c: at most limit elements,
+ * its gradients from one place (the gradient split gs never inside). */
+static chunk chunk_at(int64_t c, int64_t e, int64_t gs, int64_t limit)
+{
+    chunk ch = {c, e - c, c < gs};
+    if (ch.host_g && gs - c < ch.k)
+        ch.k = gs - c;
+    if (ch.k > limit)
+        ch.k = limit;
+    return ch;
+}
+
+/* a's state pointers, gradients and weights for chunk ch where they are
+ * stored (the staging replaces the device's on a backend the host cannot
+ * read); element first + i of the host segment's buffers is at i. */
+static void chunk_args(const llmt_optimizer *o, llmt_adamw_args *a, chunk ch)
 {
     const llmt_model *m = o->model;
     size_t wb = llmt_dtype_size(m->dt), sb = llmt_dtype_size(o->state_dt);
-    const int64_t gs = m->grad_split; /* gradients below it are in host_grads */
-    /* Element first + i of the host segment's buffers is at i. */
-    for (int64_t c = off; c < e;) {
-        int64_t k = e - c;
-        int64_t i = c - o->first;
-        int host_g = c < gs;
-        if (host_g && gs - c < k) /* one chunk's gradients come from one place */
-            k = gs - c;
-        a.g = host_g ? (const char *)m->host_grads.ptr + (size_t)c * wb
-                     : (const char *)m->grads.ptr + (size_t)(c - gs) * wb;
-        a.m = (char *)o->hm.ptr + (size_t)i * sb;
-        a.v = (char *)o->hv.ptr + (size_t)i * sb;
-        a.master = o->has_master ? (float *)o->hmaster.ptr + i : NULL;
-        a.w = llmt_model_at(m, &m->weights, c);
-        a.rng_offset = (uint64_t)o->steps * (uint64_t)m->num_params + (uint64_t)c;
-        if (m->ops->host_memory) {
-            a.n = k;
-            LLMT_TRY(m->ops->adamw(m->dev, &a));
-            c += k;
-            continue;
-        }
-        /* The device's gradients (offloaded ones are on the host already)
-         * and weights (when the update reads them) come to the staging, the
-         * CPU kernel updates, the weights go back. */
-        k = k < LLMT_OFFLOAD_CHUNK ? k : LLMT_OFFLOAD_CHUNK;
-        a.n = k;
+    int64_t i = ch.c - o->first;
+    a->n = ch.k;
+    a->g = ch.host_g ? (const char *)m->host_grads.ptr + (size_t)ch.c * wb
+                     : (const char *)m->grads.ptr + (size_t)(ch.c - m->grad_split) * wb;
+    a->m = (char *)o->hm.ptr + (size_t)i * sb;
+    a->v = (char *)o->hv.ptr + (size_t)i * sb;
+    a->master = o->has_master ? (float *)o->hmaster.ptr + i : NULL;
+    a->w = llmt_model_at(m, &m->weights, ch.c);
+    a->rng_offset = (uint64_t)o->steps * (uint64_t)m->num_params + (uint64_t)ch.c;
+}
+
+/* Half h (0 or 1) of staging buffer b. */
+static char *stage_half(const llmt_buf *b, int h)
+{
+    return (char *)b->ptr + (size_t)h * (b->bytes / LLMT_OFFLOAD_HALVES);
+}
+
+_Static_assert(LLMT_OFFLOAD_FENCE + LLMT_OFFLOAD_HALVES <= LLMT_COPY_FENCES,
+               "the staging halves' fences are copy-stream fences");
+_Static_assert(LLMT_OFFLOAD_HALVES == 2,
+               "update_chunks alternates two halves (h = 1 - h): one the host updates, "
+               "the other the copy stream fills; more halves need a deeper pipeline there");
+
+/* The copy-stream fence of staging half h. */
+static int half_fence(int h)
+{
+    return LLMT_OFFLOAD_FENCE + h;
+}
+
+/* Queues chunk ch's downloads into staging half h on the copy stream: its
+ * device gradients (offloaded ones are read in place) and its weights
+ * where no master holds them, each marking h's fence. */
+static int download(const llmt_optimizer *o, chunk ch, int h)
+{
+    const llmt_model *m = o->model;
+    llmt_adamw_args a = {0};
+    chunk_args(o, &a, ch);
+    size_t bytes = (size_t)ch.k * llmt_dtype_size(m->dt);
+    if (!ch.host_g)
+        LLMT_TRY(m->ops->copy_to_host_async(m->dev, stage_half(&o->stage_g, h), a.g, bytes,
+                                            half_fence(h)));
+    if (!o->has_master)
+        LLMT_TRY(m->ops->copy_to_host_async(m->dev, stage_half(&o->stage_w, h), a.w, bytes,
+                                            half_fence(h)));
+    return LLMT_OK;
+}
+
+/* update_pipelined's chunks, up to its final wait (its invariants 1-3). */
+static int update_chunks(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e)
+{
+    const llmt_model *m = o->model;
+    size_t wb = llmt_dtype_size(m->dt);
+    chunk cur = chunk_at(off, e, m->grad_split, LLMT_OFFLOAD_CHUNK);
+    LLMT_TRY(download(o, cur, 0));
+    for (int h = 0; cur.k > 0; h = 1 - h) {
+        chunk next = chunk_at(cur.c + cur.k, e, m->grad_split, LLMT_OFFLOAD_CHUNK);
+        if (next.k > 0)
+            LLMT_TRY(download(o, next, 1 - h));
+        LLMT_TRY(m->ops->fence_sync(m->dev, half_fence(h)));
+        chunk_args(o, &a, cur);
         void *w_dev = a.w;
-        if (!host_g) {
-            LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_g.ptr, a.g, (size_t)k * wb));
-            a.g = o->stage_g.ptr;
-        }
-        if (!a.master)
-            LLMT_TRY(m->ops->copy_to_host(m->dev, o->stage_w.ptr, w_dev, (size_t)k * wb));
-        a.w = o->stage_w.ptr;
+        if (!cur.host_g)
+            a.g = stage_half(&o->stage_g, h);
+        a.w = stage_half(&o->stage_w, h);
         LLMT_TRY(o->host_dev->ops->adamw(o->host_dev, &a));
-        LLMT_TRY(m->ops->copy_to_device(m->dev, w_dev, o->stage_w.ptr, (size_t)k * wb));
-        c += k;
+        LLMT_TRY(m->ops->copy_to_device_async(m->dev, w_dev, a.w, (size_t)cur.k * wb,
+                                              half_fence(h)));
+        cur = next;
+    }
+    return LLMT_OK;
+}
+
+/* The update of [off, e) on a backend whose memory the host cannot read,
+ * pipelined: chunk j (of at most LLMT_OFFLOAD_CHUNK elements) uses staging
+ * half h = j % 2 and its fence F(h), and while the host runs AdamW on chunk
+ * j the copy stream uploads chunk j - 1's weights and downloads chunk
+ * j + 1's gradients (and weights). Its order: download(j + 1) into half
+ * 1 - h is queued, the host waits for F(h) (fence_sync), updates half h
+ * and queues half h's upload, marking F(h). What keeps it race-free and the
+ * bits those of the serial update (the emulator runs the copy stream's
+ * copies only when waited for, so a missing wait changes bits there):
+ *  1. The copy stream runs its copies in the order queued, and a copy
+ *     starts after every op queued before it (the gradients and weights it
+ *     reads are final).
+ *  2. The download of chunk j into half h is queued while the host updates
+ *     chunk j - 1 in the other half: after the host's last use of h (chunk
+ *     j - 2's update, done) and, on the copy stream, after h's last upload
+ *     (chunk j - 2's, by 1), so it overwrites no byte still to be read.
+ *  3. Before the host reads or writes half h it waits for F(h): every copy
+ *     into or out of h marks F(h), so none is pending after the wait (by
+ *     1, the mark follows them all): the host reads chunk j's downloaded
+ *     bytes and overwrites no byte an upload has yet to read.
+ *  4. After the last chunk (or a failure) the compute stream waits for
+ *     both fences, so no later op reads the weights (or writes the
+ *     gradients the downloads read) before every copy is done; the host
+ *     touches the staging again only in this function (3) or after the
+ *     compute stream (llmt_offload_master_from_weights's synchronous
+ *     copies, after 4), and frees and placement changes synchronize both
+ *     streams. */
+static int update_pipelined(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e)
+{
+    const llmt_model *m = o->model;
+    char first_why[LLMT_ERROR_CAP]; /* the first failure's message: the waits after it
+                                     * may fail too and would overwrite it */
+    int rc = update_chunks(o, a, off, e);
+    if (rc)
+        snprintf(first_why, sizeof first_why, "%s", llmt_error_last());
+    for (int h = 0; h < LLMT_OFFLOAD_HALVES; h++) { /* invariant 4 */
+        int waited = m->ops->wait_fence(m->dev, half_fence(h));
+        if (!rc && waited) {
+            rc = waited;
+            snprintf(first_why, sizeof first_why, "%s", llmt_error_last());
+        }
+    }
+    return rc ? llmt_error_set(rc, first_why) : LLMT_OK;
+}
+
+int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e)
+{
+    const llmt_model *m = o->model;
+    if (!m->ops->host_memory)
+        return update_pipelined(o, a, off, e);
+    /* Host memory: the CPU kernel updates in place, one call per place the
+     * gradients come from. */
+    for (chunk ch = chunk_at(off, e, m->grad_split, e - off); ch.k > 0;
+         ch = chunk_at(ch.c + ch.k, e, m->grad_split, e - off)) {
+        chunk_args(o, &a, ch);
+        LLMT_TRY(m->ops->adamw(m->dev, &a));
     }
     return LLMT_OK;
 }

@@ -10,9 +10,16 @@
 #include "llmt/optimizer.h"
 
 /* Elements per transfer chunk on a backend whose memory the host cannot
- * read: the two staging buffers (gradients in, weights out) hold this many
- * weight-dtype elements each, or the host segment if it is smaller. */
+ * read: the two staging buffers (gradients in, weights out) each have
+ * LLMT_OFFLOAD_HALVES halves of this many weight-dtype elements, or of the
+ * host segment if it is smaller; consecutive chunks alternate halves, so
+ * the copies of one overlap the host's AdamW on the next (offload.c). */
 #define LLMT_OFFLOAD_CHUNK ((int64_t)1 << 22)
+/* Fixed: offload.c's pipeline alternates two halves (asserted there). */
+#define LLMT_OFFLOAD_HALVES 2
+/* The copy-stream fence of staging half h is LLMT_OFFLOAD_FENCE + h (ops.h's
+ * LLMT_COPY_FENCES: 0 and 1 are the gradient buckets'). */
+#define LLMT_OFFLOAD_FENCE 2
 
 typedef struct llmt_model llmt_model;
 

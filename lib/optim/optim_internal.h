@@ -23,8 +23,10 @@ struct llmt_optimizer {
     llmt_buf master; /* fp32 master weights (mixed modes), else empty */
     llmt_buf hm, hv, hmaster; /* the same for the host segment */
     /* Backends without host_memory: the host segment's transfer staging
-     * (gradients in, weights out; min(split - first, LLMT_OFFLOAD_CHUNK)
-     * weight elements each) and the CPU backend that updates it. */
+     * (gradients in, weights out; each LLMT_OFFLOAD_HALVES halves of
+     * min(split - first, LLMT_OFFLOAD_CHUNK) weight elements, pinned; who
+     * may touch a half when: offload.c's update_pipelined) and the CPU
+     * backend that updates it. */
     llmt_buf stage_g, stage_w;
     llmt_device *host_dev;
     int32_t offload_parts, offload_layers; /* as llmt_optimizer_get_offload reports */
@@ -77,7 +79,9 @@ int llmt_offload_master_from_weights(llmt_optimizer *o);
 
 /* AdamW over [off, e) of the host segment (first <= off < e <= split): a
  * holds every field but the pointers, n and rng_offset. The gradients come
- * from where the model keeps them (host_grads below its grad_split). */
+ * from where the model keeps them (host_grads below its grad_split). Where
+ * the host cannot read the backend's memory the copies overlap the host's
+ * AdamW; the ops queued after it see the updated weights. */
 int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e);
 
 /* The model's gradient split o's placement asks for: the offloaded prefix
@@ -119,6 +123,24 @@ int llmt_optimizer_reduce_begin(llmt_optimizer *o);
  * model's gradients of each owner's range, and each owner adds what it
  * receives to its gradient sum in rank order, in fp32 (collective). */
 int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present);
+
+/* Whether this step's reduction can overlap backward (*overlaps): the
+ * communicator's engine queues exchanges (NCCL) and every gradient is in
+ * the model's device buffer; places and allocates the gradients as
+ * llmt_optimizer_reduce_round would. The same on every rank when their
+ * engines and placements are. */
+int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps);
+
+/* llmt_optimizer_reduce_round's work for the gradients of one bucket
+ * (llmt_grad_bucket_range), queued on the engine: the model's bucket_final
+ * calls it as backward finishes each bucket, so the exchange of one runs
+ * while the next is computed. Every rank queues every bucket of a round, in
+ * the same order (those with no micro-batch too, as not present). */
+int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_t *present);
+
+/* The device's later ops (the next round's zeroing of the gradients, the
+ * statistics of the sum) wait for the queued buckets; the host does not. */
+int llmt_optimizer_reduce_join(llmt_optimizer *o);
 
 /* The sharded part of a step: in the 16-bit modes the fp32 grad_sum
  * rounded once to the model's dtype (in place), then the global norm from

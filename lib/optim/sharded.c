@@ -190,22 +190,27 @@ int llmt_optimizer_reduce_begin(llmt_optimizer *o)
     return m->ops->mem_zero(m->dev, o->grad_sum.ptr, o->grad_sum.bytes);
 }
 
-int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
+/* The reduction of the model's gradients [s, e) for one round, in windows
+ * of at most llmt_exchange_window elements: every rank i with present[i]
+ * sends each owner the part of the window in the owner's range, and each
+ * owner adds the pieces to its gradient sum in rank order, in fp32. Queued
+ * on the engine (llmt_comm_alltoallv_add; llmt_optimizer_reduce_join
+ * orders the device after it) when `queued`, else done before returning.
+ * Every element is in one window, so the order of its additions, and so
+ * its bits, do not depend on [s, e). */
+static int reduce_range(llmt_optimizer *o, int64_t s, int64_t e, const uint8_t *present,
+                        int queued)
 {
-    /* The whole gradient buffer on the device (another optimizer of the
-     * model may have offloaded it), allocated. */
-    LLMT_TRY(llmt_offload_place_grads(o));
-    LLMT_TRY(llmt_grads_settle(o->model));
     const llmt_model *m = o->model;
     const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
     const size_t es = llmt_dtype_size(m->dt);
-    const int64_t P = m->num_params, window = llmt_exchange_window(n, es);
+    const int64_t window = llmt_exchange_window(n, es);
     size_t *counts = o->comm->counts;
     size_t *send_bytes = counts, *send_offsets = counts + n, *recv_bytes = counts + 2 * n,
            *recv_offsets = counts + 3 * n;
     int rc = LLMT_OK;
-    for (int64_t w0 = 0; w0 < P && !rc; w0 += window) {
-        int64_t w1 = w0 + window < P ? w0 + window : P;
+    for (int64_t w0 = s; w0 < e && !rc; w0 += window) {
+        int64_t w1 = w0 + window < e ? w0 + window : e;
         for (int32_t r = 0; r < n; r++) {
             int64_t a = o->bounds[r] > w0 ? o->bounds[r] : w0;
             int64_t b = o->bounds[r + 1] < w1 ? o->bounds[r + 1] : w1;
@@ -218,16 +223,56 @@ int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
             recv_bytes[r] = present[r] ? slot : 0;
             recv_offsets[r] = (size_t)r * slot;
         }
-        rc = llmt_comm_alltoallv(o->comm, "gradient exchange", llmt_model_at(m, &m->grads, w0),
-                                 send_bytes, send_offsets, o->recv.ptr, recv_bytes, recv_offsets);
+        float *sum = (float *)o->grad_sum.ptr + (slot ? a - o->first : 0);
+        const void *send = llmt_model_at(m, &m->grads, w0);
+        if (queued) {
+            rc = llmt_comm_alltoallv_add(o->comm, "gradient exchange", send, send_bytes,
+                                         send_offsets, o->recv.ptr, recv_bytes, recv_offsets, sum,
+                                         slot ? b - a : 0, m->dt);
+            continue;
+        }
+        rc = llmt_comm_alltoallv(o->comm, "gradient exchange", send, send_bytes, send_offsets,
+                                 o->recv.ptr, recv_bytes, recv_offsets);
         /* In rank order, which is global micro-batch order within a round,
          * in fp32 as the ordered slicer adds. */
         for (int32_t r = 0; r < n && !rc && slot; r++)
             if (present[r])
-                rc = m->ops->accumulate(m->dev, (float *)o->grad_sum.ptr + (a - o->first),
-                                        (char *)o->recv.ptr + recv_offsets[r], b - a, m->dt);
+                rc = m->ops->accumulate(m->dev, sum, (char *)o->recv.ptr + recv_offsets[r], b - a,
+                                        m->dt);
     }
     return rc;
+}
+
+int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
+{
+    /* The whole gradient buffer on the device (another optimizer of the
+     * model may have offloaded it), allocated. */
+    LLMT_TRY(llmt_offload_place_grads(o));
+    LLMT_TRY(llmt_grads_settle(o->model));
+    return reduce_range(o, 0, o->model->num_params, present, 0);
+}
+
+int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps)
+{
+    *overlaps = 0;
+    if (!o->comm->alltoallv_add)
+        return LLMT_OK;
+    LLMT_TRY(llmt_offload_place_grads(o));
+    LLMT_TRY(llmt_grads_ensure(o->model));
+    *overlaps = o->model->grad_split == 0; /* every gradient in the device buffer */
+    return LLMT_OK;
+}
+
+int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_t *present)
+{
+    int64_t s = 0, e = 0;
+    llmt_grad_bucket_range(o->model, bucket, &s, &e);
+    return reduce_range(o, s, e, present, 1);
+}
+
+int llmt_optimizer_reduce_join(llmt_optimizer *o)
+{
+    return llmt_comm_join(o->comm, "gradient exchange");
 }
 
 int llmt_round_in_place(llmt_device *dev, void *buf, int64_t n, int dt, void *bounce,

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
@@ -42,39 +43,103 @@ static int run_micro(llmt_trainer *tr, const split *sp, int32_t g, double scale,
     return LLMT_OK;
 }
 
+/* The overlapped reduction of one micro-batch's gradients: the model's
+ * bucket_final queues each bucket's exchange as backward finishes it. */
+typedef struct overlap {
+    llmt_optimizer *o;
+    const uint8_t *present;
+    int32_t next; /* the next bucket backward finishes; -1 once all are queued */
+    int stopped;  /* a queuing failed: nothing more is queued (the engine is aborted) */
+} overlap;
+
+static int queue_bucket(void *user, int32_t bucket)
+{
+    overlap *ov = user;
+    int rc = bucket != ov->next /* backward's order is fixed; the ranks' calls must match */
+                 ? llmt_fail(LLMT_EINVAL, "trainer: gradient bucket %d became final, %d "
+                             "expected", bucket, ov->next)
+                 : llmt_optimizer_reduce_bucket(ov->o, bucket, ov->present);
+    if (rc)
+        ov->stopped = 1; /* a bucket is never queued twice (its windows would add twice) */
+    else
+        ov->next = bucket - 1;
+    return rc;
+}
+
+/* Micro-batch g (none when g < 0) with its gradients reduced as backward
+ * produces them (present: the round's ranks with a micro-batch). Every
+ * rank queues every bucket in the same order, also after a failure of the
+ * pass (its bytes then are what the failed pass left, and the failure is
+ * agreed before the sum is used), so that the engine's calls stay matched.
+ * A failure of the queuing itself aborts the engine, and the other ranks'
+ * next collective fails in bounded time. */
+static int run_micro_overlapped(llmt_trainer *tr, const split *sp, int32_t g, double scale,
+                                int64_t *loss_bits, const uint8_t *present)
+{
+    llmt_model *m = tr->parts.model;
+    overlap ov = {tr->parts.optimizer, present, llmt_grad_bucket_count(m) - 1, 0};
+    int rc = LLMT_OK;
+    if (g >= 0) {
+        m->bucket_final = queue_bucket;
+        m->bucket_final_user = &ov;
+        rc = run_micro(tr, sp, g, scale, loss_bits);
+        m->bucket_final = NULL;
+        m->bucket_final_user = NULL;
+    }
+    int queued = LLMT_OK;
+    while (ov.next >= 0 && !ov.stopped)
+        queued = queue_bucket(&ov, ov.next);
+    if (!ov.stopped)
+        queued = llmt_optimizer_reduce_join(ov.o);
+    return rc ? rc : queued;
+}
+
 /* Deterministic: round j runs micro-batch j N + r on rank r, and each owner
- * adds the round's gradients in rank order, which is micro-batch order. */
-static int deterministic_rounds(llmt_trainer *tr, const split *sp, double scale, int64_t *loss_bits,
-                                uint8_t *present, int *failed)
+ * adds the round's gradients in rank order, which is micro-batch order;
+ * with `overlap`, while backward runs. */
+static int deterministic_rounds(llmt_trainer *tr, const split *sp, int overlap, double scale,
+                                int64_t *loss_bits, uint8_t *present, int *failed)
 {
     llmt_optimizer *o = tr->parts.optimizer;
     const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
     for (int32_t j = 0; j * n < sp->count; j++) {
         int32_t g = j * n + me;
-        int rc = llmt_model_zero_grads(tr->parts.model);
-        if (!rc && g < sp->count)
-            rc = run_micro(tr, sp, g, scale, loss_bits);
-        LLMT_TRY(llmt_comm_agree_code(o->comm, rc, failed));
         for (int32_t r = 0; r < n; r++)
             present[r] = j * n + r < sp->count;
-        LLMT_TRY(llmt_optimizer_reduce_round(o, present));
+        int rc = llmt_model_zero_grads(tr->parts.model);
+        if (overlap) {
+            int q = run_micro_overlapped(tr, sp, rc || g >= sp->count ? -1 : g, scale, loss_bits,
+                                         present);
+            rc = rc ? rc : q;
+        } else if (!rc && g < sp->count)
+            rc = run_micro(tr, sp, g, scale, loss_bits);
+        LLMT_TRY(llmt_comm_agree_code(o->comm, rc, failed));
+        if (!overlap)
+            LLMT_TRY(llmt_optimizer_reduce_round(o, present));
     }
     return LLMT_OK;
 }
 
-/* Fast: rank r runs its window of micro-batches in place, then one exchange. */
-static int fast_window(llmt_trainer *tr, const split *sp, double scale, int64_t *loss_bits,
-                       uint8_t *present, int *failed)
+/* Fast: rank r runs its window of micro-batches in place, then one
+ * exchange; with `overlap`, during the last micro-batch's backward. */
+static int fast_window(llmt_trainer *tr, const split *sp, int overlap, double scale,
+                       int64_t *loss_bits, uint8_t *present, int *failed)
 {
     llmt_optimizer *o = tr->parts.optimizer;
     const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
-    int rc = llmt_model_zero_grads(tr->parts.model);
-    for (int32_t g = sp->count * me / n; !rc && g < sp->count * (me + 1) / n; g++)
-        rc = run_micro(tr, sp, g, scale, loss_bits);
-    LLMT_TRY(llmt_comm_agree_code(o->comm, rc, failed));
+    const int32_t first = sp->count * me / n, end = sp->count * (me + 1) / n;
     for (int32_t r = 0; r < n; r++)
         present[r] = sp->count * (r + 1) / n > sp->count * r / n;
-    return llmt_optimizer_reduce_round(o, present);
+    int rc = llmt_model_zero_grads(tr->parts.model);
+    for (int32_t g = first; !rc && g < end - (overlap ? 1 : 0); g++)
+        rc = run_micro(tr, sp, g, scale, loss_bits);
+    if (overlap) {
+        int q = run_micro_overlapped(tr, sp, rc || end == first ? -1 : end - 1, scale, loss_bits,
+                                     present);
+        rc = rc ? rc : q;
+    }
+    LLMT_TRY(llmt_comm_agree_code(o->comm, rc, failed));
+    return overlap ? LLMT_OK : llmt_optimizer_reduce_round(o, present);
 }
 
 int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *loss, int *failed)
@@ -99,18 +164,23 @@ int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *l
         rc = llmt_fail(LLMT_ENOMEM, "trainer: out of host memory");
     if (!rc)
         rc = llmt_optimizer_reduce_begin(o);
-    /* Every rank's local work before the first collective of the step is
-     * agreed, then the step's shape: the same micro-batch and recompute on
-     * every rank, or the micro-batches would not line up. */
-    rc = llmt_comm_agree_code(o->comm, rc, failed);
+    int overlap = 0;
     if (!rc)
-        rc = llmt_comm_check_same(o->comm, "the micro-batch and recompute policy of the step",
-                                  XXH3_64bits_withSeed(m->rc_flags, (size_t)m->dims.layers,
-                                                       (uint64_t)sp.rows_per << 32 | (uint64_t)T));
+        rc = llmt_optimizer_reduce_overlaps(o, &overlap);
+    /* Every rank's local work before the first collective of the step is
+     * agreed, then the step's shape: the same micro-batch, recompute and
+     * overlap on every rank, or the micro-batches (and the engine's calls)
+     * would not line up. */
+    rc = llmt_comm_agree_code(o->comm, rc, failed);
+    uint64_t shape = (uint64_t)sp.rows_per << 32 | (uint64_t)T | (uint64_t)overlap << 63;
+    if (!rc)
+        rc = llmt_comm_check_same(o->comm, "the micro-batch, recompute policy and reduction "
+                                  "overlap of the step",
+                                  XXH3_64bits_withSeed(m->rc_flags, (size_t)m->dims.layers, shape));
     if (!rc)
         rc = o->reduce_mode == LLMT_REDUCE_FAST
-                 ? fast_window(tr, &sp, scale, loss_bits, present, failed)
-                 : deterministic_rounds(tr, &sp, scale, loss_bits, present, failed);
+                 ? fast_window(tr, &sp, overlap, scale, loss_bits, present, failed)
+                 : deterministic_rounds(tr, &sp, overlap, scale, loss_bits, present, failed);
     /* Each micro-batch's loss sum came from one rank, zeros from the others. */
     if (!rc)
         rc = llmt_comm_allreduce_i64(o->comm, "loss", loss_bits, (size_t)sp.count, LLMT_COMM_SUM);

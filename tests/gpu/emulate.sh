@@ -10,16 +10,20 @@
 #
 # It checks the kernels' logic: indexing, masks, tiling, block-uniform
 # barriers, reductions and their determinism, the scratch layouts and the
-# host code around the launches. Where CMake found MPI it then runs
-# test_dp_cuda at 2 and 3 ranks: data-parallel training with the sharded
-# optimizer on the emulated backend, over an MPI communicator flagged as
-# moving device memory (everything but NCCL's transport; the test's header
-# says how), and llmt-train at 2 ranks on CUDA reaching its NCCL
-# communicator (which this plugin lacks: refused on every rank). It does not
-# check what only a GPU shows:
-# cuBLASLt (the GEMM is a plain loop here), races between warps that the
-# emulator's block-wide barriers hide, launch limits, or speed. Passing here
-# is not a GPU run; tests/gpu/run.sh is.
+# host code around the launches. Where CMake found MPI the plugin also gets
+# its NCCL engine (cuda/comm_nccl.cu, compiled against the stand-in
+# tests/gpu/emu/nccl/nccl.h), and a stand-in libnccl.so.2 over MPI
+# (tests/gpu/emu/nccl/fake_nccl.c, a test double) is built into
+# $build/emu/nccl and put first on LD_LIBRARY_PATH, where the engine's
+# dlopen finds it; then test_dp_cuda runs at 2 and 3 ranks (data-parallel
+# training with the sharded optimizer over the engine, bitwise against one
+# process; the test's header says what it covers), and llmt-train trains 3
+# steps at 2 ranks over the engine and as one process with --data-parallel
+# (NCCL world 1, without MPI), to the same model bytes. It does not check
+# what only a GPU shows: cuBLASLt (the GEMM is a plain loop here), races
+# between warps that the emulator's block-wide barriers hide, NCCL's own
+# transport, launch limits, or speed. Passing here is not a GPU run;
+# tests/gpu/run.sh is.
 #
 #   tests/gpu/emulate.sh [build-dir]      (default build/emu; about 5 minutes)
 #
@@ -33,7 +37,11 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLMT_CUDA=ON >/dev/null
 targets=(test_ops test_accumulate test_cuda_model)
-[ -d "$build/tests/mpi" ] && targets+=(test_dp_cuda llmt-train) # configured where MPI was found
+have_mpi=0
+if [ -d "$build/tests/mpi" ]; then # configured where MPI was found
+    have_mpi=1
+    targets+=(test_dp_cuda llmt-train)
+fi
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" >/dev/null
 
 obj="$build/emu"
@@ -41,12 +49,26 @@ mkdir -p "$obj"
 flags=(-std=c++17 -O2 -g -fPIC -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas
        -Iinclude -Ilib -Icuda -I"$cuda_home/include")
 pids=()
+# With MPI: the engine against the stand-in nccl.h (its directory before
+# the toolkit's, which may hold NCCL's), and the stand-in libnccl.so.2.
+nccl_flags=()
+if [ $have_mpi = 1 ]; then
+    nccl_flags=(-Itests/gpu/emu/nccl -DLLMT_CUDA_HAVE_NCCL)
+    mpicc=$(sed -n 's/^MPI_C_COMPILER:FILEPATH=//p' "$build/CMakeCache.txt")
+    mkdir -p "$obj/nccl"
+    "${mpicc:-mpicc}" -std=c11 -O2 -g -fPIC -Wall -Wextra -Werror -shared -Itests/gpu/emu/nccl \
+        -I"$cuda_home/include" tests/gpu/emu/nccl/fake_nccl.c -Wl,-soname,libnccl.so.2 \
+        -Wl,--no-undefined -o "$obj/nccl/libnccl.so.2" &
+    pids+=($!)
+fi
 for src in cuda/*.cu; do
+    extra=()
     case $(basename "$src") in # emu_gemm.cpp stands in for the GEMM; nothing describes the emulator
     cuda_gemm.cu | cuda_describe.cu) continue ;;
+    comm_nccl.cu) extra=(${nccl_flags[@]+"${nccl_flags[@]}"}) ;;
     esac
-    c++ "${flags[@]}" -x c++ -include tests/gpu/emu/cuda_emu.h -c "$src" \
-        -o "$obj/$(basename "$src").o" &
+    c++ ${extra[@]+"${extra[@]}"} "${flags[@]}" -x c++ -include tests/gpu/emu/cuda_emu.h \
+        -c "$src" -o "$obj/$(basename "$src").o" &
     pids+=($!)
 done
 for src in tests/gpu/emu/*.cpp; do
@@ -64,37 +86,56 @@ echo "== EMULATED on the CPU (not a GPU run): test_accumulate cuda =="
 "$build/tests/test_accumulate" cuda
 echo "== EMULATED on the CPU (not a GPU run): test_cuda_model =="
 "$build/tests/test_cuda_model"
-if [ ! -d "$build/tests/mpi" ]; then
+if [ $have_mpi = 0 ]; then
     echo "== test_dp_cuda not run: CMake found no MPI (Debian: openmpi-bin libopenmpi-dev) =="
     exit 0
 fi
-# The MPI tests' environment (LLMT_MPI_TEST_ENV in CMakeLists.txt).
+# The MPI tests' environment (LLMT_MPI_TEST_ENV in CMakeLists.txt), and the
+# stand-in libnccl.so.2 before any other.
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+LD_LIBRARY_PATH="$(cd "$obj/nccl" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH
 for np in 2 3; do
-    echo "== EMULATED on the CPU (not a GPU run): test_dp_cuda at $np ranks =="
-    env OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader \
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-        timeout 600 "$mpiexec" -n "$np" "$build/tests/mpi/test_dp_cuda"
+    echo "== EMULATED on the CPU (not a GPU run): test_dp_cuda at $np ranks over NCCL =="
+    timeout 600 "$mpiexec" -n "$np" "$build/tests/mpi/test_dp_cuda"
 done
-# llmt-train's NCCL path at 2 ranks (examples/train_cli/nccl_comm.c): the
-# emulated plugin has no NCCL engine, so each rank opens its context, rank
-# 0's unique id is refused, and every rank says so (rank 1 naming rank 0);
-# it fails before the (absent) data is opened.
-echo "== EMULATED on the CPU (not a GPU run): llmt-train at 2 ranks on CUDA, no NCCL =="
-train_out=$(mktemp -d)
-rc=0
-env OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader \
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    timeout 120 "$mpiexec" -n 2 "$build/examples/llmt-train" --out "$train_out/run" \
-    train.backend=cuda train.device=0 "data.train=$train_out/none_*.bin" > "$train_out/log" 2>&1 || rc=$?
-for want in "rank 0: llmt-train: the NCCL communicator: not supported: llmt_comm_nccl_unique_id: the CUDA plugin was built without NCCL" \
-    "rank 1: llmt-train: making the NCCL unique id failed on rank 0"; do
-    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF "$want" "$train_out/log"; then
-        echo "FAIL: llmt-train at 2 ranks, no NCCL: exit $rc, no '$want' in:"
-        cat "$train_out/log"
-        rm -rf "$train_out"
-        exit 1
-    fi
-done
-rm -rf "$train_out"
-echo "every rank reported the missing NCCL engine"
+
+# llmt-train on CUDA over the NCCL engine (examples/train_cli/nccl_comm.c):
+# 3 steps of a tiny model (heads of 32 elements, as the CUDA kernels take)
+# on a hand-made shard at 2 ranks, and as one process with --data-parallel
+# (NCCL world 1: the stand-in without MPI); deterministic mode gives both
+# the same losses and the same final model.safetensors bytes (compared as
+# tests/tools/test_llmt_train_mpi.sh does).
+echo "== EMULATED on the CPU (not a GPU run): llmt-train at 2 ranks on CUDA over NCCL =="
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: llmt-train on emulated CUDA over NCCL: $*"; exit 1; }
+. tests/tools/shard_v1.sh
+write_text_shard "$tmp/d"
+cat > "$tmp/tiny.yaml" <<EOF
+model: {vocab_size: 110, hidden_size: 32, num_layers: 1, num_heads: 1, num_kv_heads: 1,
+        ffn_size: 64, max_seq_len: 8}
+batch: {batch_size: 4, micro_batch: 1, seq_len: 8}
+data: {train: "$tmp/d/t_*.bin", val: "$tmp/d/t_*.bin"}
+train: {steps: 3, eval_batches: 1, log_every: 1, seed: 7, threads: 1, backend: cuda, device: 0}
+checkpoint: {every: 0, fast_every: 0}
+EOF
+timeout 120 "$mpiexec" -n 2 "$build/examples/llmt-train" --config "$tmp/tiny.yaml" \
+    --out "$tmp/np2" > "$tmp/np2.log" 2>&1 || fail "2 ranks: exit $?: $(cat "$tmp/np2.log")"
+timeout 120 "$build/examples/llmt-train" --config "$tmp/tiny.yaml" --out "$tmp/dp1" \
+    --data-parallel > "$tmp/dp1.log" 2>&1 || fail "--data-parallel: exit $?: $(cat "$tmp/dp1.log")"
+cat "$tmp/np2.log"
+grep -q "tiny.yaml, 2 ranks over NCCL; starting at step 0 of 3" "$tmp/np2.log" ||
+    fail "2 ranks: the header does not say 2 ranks over NCCL"
+grep -q "tiny.yaml, 1 rank over NCCL; starting at step 0 of 3" "$tmp/dp1.log" ||
+    fail "--data-parallel: the header does not say 1 rank over NCCL: $(cat "$tmp/dp1.log")"
+losses() { sed -n 's/^\(step .*loss [0-9.]*\) .*/\1/p; s/^\(final held-out loss .*\)/\1/p' "$1"; }
+[ "$(losses "$tmp/np2.log" | grep -c '^step ')" -eq 3 ] || fail "2 ranks: not 3 steps logged"
+[ "$(losses "$tmp/np2.log")" = "$(losses "$tmp/dp1.log")" ] ||
+    fail "losses differ: 2 ranks: $(losses "$tmp/np2.log"); one: $(losses "$tmp/dp1.log")"
+cmp "$tmp/np2/checkpoints/step-00000003/model.safetensors" \
+    "$tmp/dp1/checkpoints/step-00000003/model.safetensors" ||
+    fail "model.safetensors of step 3 differs between 2 ranks and one (deterministic mode)"
+echo "llmt-train over NCCL: 2 ranks and one with --data-parallel, the same losses and model bytes"

@@ -27,10 +27,9 @@ extern int64_t fast_every;
  * heads of 32, 64 or 128 elements: 1 and 1 there). */
 extern int32_t backend, heads, kv_heads;
 
-/* A communicator standing in for an NCCL one on the CUDA emulator (whose
- * device memory is host memory, which MPI moves), or NULL: run_open marks
- * it as taking the device memory of each run's context, as an NCCL
- * communicator made on that context would. */
+/* An NCCL communicator serving every run on the CUDA emulator (one device,
+ * work done at launch), or NULL: run_open marks it as taking the device
+ * memory of each run's context, as one made on that context would. */
 extern llmt_comm *device_comm;
 
 

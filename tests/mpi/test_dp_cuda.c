@@ -1,27 +1,41 @@
 /* Data-parallel training on the CUDA backend, under mpiexec -n N with the
  * emulated plugin (tests/gpu/emulate.sh runs it at 2 and 3 ranks with
- * LLMT_CUDA_PLUGIN set; it is no CTest test: on a GPU, MPI cannot move
- * device memory).
+ * LLMT_CUDA_PLUGIN set and its stand-in libnccl.so.2, tests/gpu/emu/nccl,
+ * first on LD_LIBRARY_PATH; it is no CTest test: it needs both).
  *
- * On the emulator device memory is plain host memory, so an MPI
- * communicator can move it: the test flags one as a device-memory
- * communicator (lib/dist/comm_internal.h), as an NCCL one is, and the
- * sharded optimizer and the trainer then run their CUDA code paths (the
- * gradient exchange on device buffers, the owner's fp32 sum, the rounding,
- * the norm's host partials, AdamW on the sum, the weight all-gather,
- * get/set_state, sharded checkpoints written and read through device
- * copies). It exercises everything but NCCL's transport (and what only a
- * GPU shows: tests/gpu/run.sh's nccl-sharded stage).
+ * The communicator is the plugin's NCCL engine (cuda/comm_nccl.cu):
+ * llmt_comm_nccl_unique_id on rank 0, the id broadcast over MPI,
+ * llmt_comm_create_nccl on a CUDA context of each rank, with the stand-in NCCL
+ * moving the bytes over MPI. So the sharded optimizer and the trainer run
+ * their CUDA code paths (the gradient exchange on device buffers, queued
+ * bucket by bucket as backward ends each, the owner's fp32 sum, the
+ * rounding, the norm's host partials, AdamW on the
+ * sum, the weight all-gather, get/set_state, sharded checkpoints written
+ * and read through device copies) over the engine's: its staging of host
+ * buffers (the ranks' agreement messages), its alltoallv and allgatherv as
+ * grouped sends and recvs, its broadcast, all-reduce and wait. One
+ * communicator serves every run: run_open points it at each run's context
+ * (dp_run.h's device_comm), which on the emulator (one device, work done
+ * at launch) moves the bytes a communicator made on that context would.
+ * NCCL's own transport, and what only a GPU shows, are tests/gpu/run.sh's
+ * nccl-sharded stage.
  *
- * It checks: a CUDA model with a host-memory communicator is refused,
- * naming NCCL, and one with a communicator of another context; other
- * weights on one rank (hashed through host copies) are refused; in deterministic mode, after 5 steps (fp32 and bf16_mixed, 6
- * micro-batches of 2 rows) the weights, each rank's optimizer range (read
- * from its device buffers), the gathered state and the losses are bitwise
- * those of one emulated-CUDA process with an ordered slicer and the same
- * global batch; set_state then get_state round-trips every tensor; a
- * sharded checkpoint saved at N ranks at step 3 (synchronously: the log
- * says so) resumes in one process and at N ranks, and one process's
+ * It checks: a rank given another unique id fails llmt_comm_create_nccl on
+ * every rank (LLMT_ECUDA naming ncclCommInitRank and the rank), without a
+ * hang; a CUDA model with a host-memory communicator is refused, naming
+ * NCCL, and one with a communicator of another context; other weights on
+ * one rank (hashed through host copies) are refused; in deterministic
+ * mode, after 5 steps (fp32 and bf16_mixed, 6 micro-batches of 2 rows) the
+ * weights, each rank's optimizer range (read from its device buffers), the
+ * gathered state and the losses are bitwise those of one emulated-CUDA
+ * process with an ordered slicer and the same global batch; set_state
+ * then get_state round-trips every tensor; the reduction overlapped with
+ * backward gives the bits and bytes sent of the exchange after backward
+ * in both reduce modes, with a round in which a rank has no micro-batch
+ * (it does not show that the streams overlap: the emulator runs
+ * everything at launch); a sharded checkpoint saved at N
+ * ranks at step 3 (synchronously: the log says so) resumes in one process
+ * and at N ranks, and one process's
  * checkpoint (format 1) at N ranks, each to the uninterrupted run's bits
  * after step 5. */
 #include <stdio.h>
@@ -131,6 +145,33 @@ static void cuda_model(llmt_context **ctx, llmt_model **model, uint64_t seed)
     must(llmt_model_create(model, *ctx, &mc), "model");
 }
 
+/* The NCCL unique id of rank 0 on every rank (rank 0 makes it on ctx). */
+static void shared_unique_id(llmt_context *ctx, uint8_t id[LLMT_COMM_NCCL_ID_BYTES])
+{
+    if (rank == 0)
+        must(llmt_comm_nccl_unique_id(ctx, id), "NCCL unique id");
+    MPI_Bcast(id, LLMT_COMM_NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+/* The last rank joins with an id of its own: every rank's
+ * llmt_comm_create_nccl fails, naming ncclCommInitRank and that rank. */
+static void test_other_unique_id(llmt_context *ctx)
+{
+    uint8_t id[LLMT_COMM_NCCL_ID_BYTES];
+    shared_unique_id(ctx, id);
+    if (rank == size - 1)
+        must(llmt_comm_nccl_unique_id(ctx, id), "a second NCCL unique id");
+    llmt_comm *comm = NULL;
+    int rc = llmt_comm_create_nccl(&comm, ctx, id, rank, size);
+    char expect[96];
+    snprintf(expect, sizeof expect, "rank %d was given another unique id than rank 0", size - 1);
+    EXPECT(rc == LLMT_ECUDA && !comm &&
+               strstr(llmt_error_last(), "llmt_comm_create_nccl: ncclCommInitRank (rank ") &&
+               strstr(llmt_error_last(), expect),
+           "rank %d given another unique id: status %d, \"%s\"", size - 1, rc, llmt_error_last());
+    llmt_comm_free(comm);
+}
+
 /* A CUDA model with a communicator that moves host memory (MPI's) is
  * refused on every rank, saying what to use. */
 static void test_host_comm_refused(llmt_comm *host_comm)
@@ -234,9 +275,88 @@ static void test_precision(const char *dir, int precision, const char *name, llm
         EXPECT(round_trip, "%s: set_state then get_state differ", what);
     }
     if (rank == 0)
-        printf("%s on %d ranks (emulated CUDA): bitwise %s\n", name, size, failures ? "NO" : "yes");
+        printf("%s on %d ranks (emulated CUDA, NCCL engine): bitwise %s\n", name, size,
+               failures ? "NO" : "yes");
     run_close(&dp);
     run_close(&ref);
+}
+
+/* The first micro-batch size (rows) whose micro-batch count the ranks do
+ * not divide, so that some round has a rank with no micro-batch; the
+ * default when every count divides (one rank). */
+static int32_t uneven_micro(void)
+{
+    for (int32_t rows = 2; rows < B; rows++) {
+        int32_t count = (B + rows - 1) / rows;
+        if (count > 1 && count % size != 0)
+            return rows;
+    }
+    return MICRO;
+}
+
+/* The engine's alltoallv_add, and how often test_overlap's counting
+ * stand-in for it was called. */
+static int (*engine_add)(void *, const void *, const size_t *, const size_t *, void *,
+                         const size_t *, const size_t *, float *, int64_t, int);
+static int64_t add_calls;
+
+static int counting_add(void *user, const void *send, const size_t *send_bytes,
+                        const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                        const size_t *recv_offsets, float *sum, int64_t n, int dt)
+{
+    add_calls++;
+    return engine_add(user, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, sum,
+                      n, dt);
+}
+
+/* The reduction overlapped with backward (the engine's alltoallv_add,
+ * a bucket queued as backward ends it; counted, so a path that never
+ * overlaps fails) against the same engine without it (each round's
+ * exchange after its backward, comm->alltoallv_add cleared): after 3
+ * bf16_mixed steps, bitwise the same weights and state, and the same bytes
+ * sent, in both reduce modes, with a micro-batch count the ranks do not
+ * divide (deterministic mode then has a round in which a rank has none). */
+static void test_overlap(const char *dir, llmt_comm *comm)
+{
+    EXPECT(comm->alltoallv_add && comm->join, "the NCCL engine has no overlapped reduction");
+    if (!comm->alltoallv_add || !comm->join)
+        return;
+    const int32_t saved_micro = micro;
+    micro = uneven_micro();
+    const int modes[2] = {LLMT_REDUCE_DETERMINISTIC, LLMT_REDUCE_FAST};
+    engine_add = comm->alltoallv_add;
+    for (int i = 0; i < 2; i++) {
+        run plain, overlapped;
+        int64_t sent0 = llmt_comm_bytes_sent(comm);
+        comm->alltoallv_add = NULL;
+        run_open(&plain, dir, LLMT_PRECISION_BF16_MIXED, comm, modes[i], NULL, 0, 77);
+        train(&plain, 3, NULL);
+        comm->alltoallv_add = counting_add;
+        add_calls = 0;
+        int64_t sent1 = llmt_comm_bytes_sent(comm);
+        run_open(&overlapped, dir, LLMT_PRECISION_BF16_MIXED, comm, modes[i], NULL, 0, 77);
+        train(&overlapped, 3, NULL);
+        int64_t sent2 = llmt_comm_bytes_sent(comm);
+        comm->alltoallv_add = engine_add;
+        char what[96];
+        snprintf(what, sizeof what, "%s, overlapped, micro-batches of %d rows",
+                 i ? "fast" : "deterministic", micro);
+        EXPECT(same_weights(&overlapped, &plain), "%s: the weights differ from the exchange "
+               "after backward", what);
+        EXPECT(same_state(&overlapped, &plain), "%s: the optimizer state differs from the "
+               "exchange after backward", what);
+        EXPECT(sent2 - sent1 == sent1 - sent0, "%s: %lld bytes sent, %lld after backward", what,
+               (long long)(sent2 - sent1), (long long)(sent1 - sent0));
+        /* At least every bucket of every step once (layers + 2 buckets). */
+        EXPECT(add_calls >= 3 * (layers + 2), "%s: %lld overlapped exchanges in 3 steps",
+               what, (long long)add_calls);
+        run_close(&overlapped);
+        run_close(&plain);
+    }
+    micro = saved_micro;
+    if (rank == 0)
+        printf("overlapped reduction on %d ranks (emulated CUDA, NCCL engine): bitwise %s\n",
+               size, failures ? "NO" : "yes");
 }
 
 /* Whether a "saving synchronously" line was logged (user: an int). */
@@ -298,7 +418,7 @@ static void test_resume(const char *dir, llmt_comm *comm)
     run_close(&from_single);
     run_close(&ref);
     if (rank == 0)
-        printf("checkpoints on %d ranks (emulated CUDA): resumed bitwise %s\n", size,
+        printf("checkpoints on %d ranks (emulated CUDA, NCCL engine): resumed bitwise %s\n", size,
                failures ? "NO" : "yes");
 }
 
@@ -310,10 +430,19 @@ int main(int argc, char **argv)
     backend = LLMT_BACKEND_CUDA;
     heads = 1; /* heads of 32 elements, as the CUDA kernels take */
     kv_heads = 1;
-    llmt_comm_mpi *host = NULL, *dev = NULL;
+    llmt_comm_mpi *host = NULL;
     must(llmt_comm_mpi_create(&host, MPI_COMM_WORLD), "comm");
-    must(llmt_comm_mpi_create(&dev, MPI_COMM_WORLD), "comm");
-    device_comm = dev->comm; /* device memory is host memory here: MPI moves it */
+    llmt_context *nccl_ctx = NULL;
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    cc.backend = LLMT_BACKEND_CUDA;
+    cc.num_threads = 1;
+    must(llmt_context_create(&nccl_ctx, &cc), "the NCCL communicator's context");
+    test_other_unique_id(nccl_ctx);
+    uint8_t id[LLMT_COMM_NCCL_ID_BYTES];
+    shared_unique_id(nccl_ctx, id);
+    llmt_comm *nccl = NULL;
+    must(llmt_comm_create_nccl(&nccl, nccl_ctx, id, rank, size), "NCCL communicator");
+    device_comm = nccl;
     char dir[] = "/tmp/llmt-dp-cuda-XXXXXX";
     if (rank == 0 && !mkdtemp(dir))
         must(LLMT_EIO, "mkdtemp");
@@ -322,11 +451,12 @@ int main(int argc, char **argv)
     MPI_Bcast(dir, (int)sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
 
     test_host_comm_refused(host->comm);
-    test_other_context_refused(dev->comm);
-    test_weights_disagree(dev->comm);
-    test_precision(dir, LLMT_PRECISION_FP32, "fp32", dev->comm);
-    test_precision(dir, LLMT_PRECISION_BF16_MIXED, "bf16_mixed", dev->comm);
-    test_resume(dir, dev->comm);
+    test_other_context_refused(nccl);
+    test_weights_disagree(nccl);
+    test_precision(dir, LLMT_PRECISION_FP32, "fp32", nccl);
+    test_precision(dir, LLMT_PRECISION_BF16_MIXED, "bf16_mixed", nccl);
+    test_overlap(dir, nccl);
+    test_resume(dir, nccl);
 
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -334,7 +464,8 @@ int main(int argc, char **argv)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (rank == 0 && system(cmd) != 0)
         fprintf(stderr, "rank %d: could not remove %s\n", rank, dir);
-    llmt_comm_mpi_free(dev);
+    llmt_comm_free(nccl);
+    llmt_context_free(nccl_ctx);
     llmt_comm_mpi_free(host);
     MPI_Finalize();
     if (rank == 0)

@@ -66,11 +66,8 @@ expect 1 list "$tmp/missing"
 grep -qF "$tmp/missing" "$tmp/err" || fail "a missing DIR is not named: $(cat "$tmp/err")"
 
 # ---- A version-1 shard (docs/data.md) of ASCII text, each byte a token.
-le32() { printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))\\$(printf %03o $(($1 >> 24 & 255)))"; }
-text=""
-for i in 1 2 3 4 5 6 7 8 9 10 11 12; do text="${text}a bad cab fed a deaf jade bead; mama hid a ham. "; done
-mkdir "$tmp/d"
-{ le32 20240520; le32 1; le32 ${#text}; head -c 1012 /dev/zero; printf %s "$text" | iconv -f ASCII -t UTF-16LE; } > "$tmp/d/t_000000.bin"
+. "$(dirname "$0")/shard_v1.sh"
+write_text_shard "$tmp/d"
 cat > "$tmp/tiny.yaml" <<EOF
 model: {vocab_size: 110, hidden_size: 16, num_layers: 2, num_heads: 2, num_kv_heads: 1,
         ffn_size: 32, max_seq_len: 8}

@@ -286,11 +286,11 @@ if [ "$cuda" = ON ]; then
     [ "$status" = 0 ] || fail "--backend cuda: exit $status: $(cat "$tmp/err")"
     grep -q "($params parameters)" "$tmp/out" || fail "cuda: not $params parameters"
     grep -q "cuda backend" "$tmp/out" || fail "cuda: the header does not say cuda"
-    # Offloaded on CUDA: two staging buffers of min(params, 2^22) bf16
-    # elements (gradients in, weights out) join the host bytes.
+    # Offloaded on CUDA: two staging buffers (gradients in, weights out) of
+    # two halves of min(params, 2^22) bf16 elements join the host bytes.
     run --preset small --seq 256 --backend cuda --precision bf16_mixed --offload optimizer
     want=$(awk -v p="$params" 'BEGIN { s = p < 4194304 ? p : 4194304
-        printf "%.2f", (12 * p + 2 * 2 * s) / 1073741824 }')
+        printf "%.2f", (12 * p + 2 * 2 * 2 * s) / 1073741824 }')
     [ "$(row bf16_mixed none | awk '{ print $9 }')" = "$want" ] ||
         fail "cuda --offload optimizer: host not $want: $(row bf16_mixed none)"
     # With the gradients: the host also holds the gradients below the split
@@ -305,7 +305,7 @@ if [ "$cuda" = ON ]; then
         gs = int(p / 4096) * 4096; g = 1073741824
         c = gs < 1048576 ? gs : 1048576; slot = (t > c ? t : c) + 128
         slot = int((slot + 127) / 128) * 128
-        printf "%.2f %.2f", 2 * (p - gs + 2 * slot) / g, (12 * p + 2 * 2 * s + 2 * gs) / g }')
+        printf "%.2f %.2f", 2 * (p - gs + 2 * slot) / g, (12 * p + 2 * 2 * 2 * s + 2 * gs) / g }')
     [ "$(row bf16_mixed none | awk '{ print $4, $9 }')" = "$want" ] ||
         fail "cuda --offload optimizer+grads: grads, host not $want: $(row bf16_mixed none)"
 else

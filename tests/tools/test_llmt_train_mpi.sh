@@ -76,10 +76,7 @@ if [ "$have_mpi" != ON ]; then
 fi
 
 . "$(dirname "$0")/shard_v1.sh"
-text=""
-for i in 1 2 3 4 5 6 7 8 9 10 11 12; do text="${text}a bad cab fed a deaf jade bead; mama hid a ham. "; done
-mkdir "$tmp/d"
-write_shard "$tmp/d/t_000000.bin" "$text"
+write_text_shard "$tmp/d"
 # Four sequences a step, one per micro-batch: with two ranks each runs two.
 cat > "$tmp/tiny.yaml" <<EOF
 model: {vocab_size: 110, hidden_size: 16, num_layers: 2, num_heads: 2, num_kv_heads: 1,

@@ -25,6 +25,7 @@
 #include "core/cuda_plugin_info.h"
 #include "cuda_required.h"
 #include "llmt/llmt.h"
+#include "optim/offload.h"
 #include "test_batch.h"
 #include "test_context.h"
 #include "test_rand.h"
@@ -529,6 +530,97 @@ static void test_offload_same_bits(void **state)
     }
 }
 
+/* The model of the chunked offload test: a 32768-token vocabulary of
+ * d 128 (untied) puts 2^22 parameters in the embedding and as many in the
+ * LM head, 8.5 M in all, so the offloaded segment is three chunks of
+ * LLMT_OFFLOAD_CHUNK and more (four with the gradients: their split cuts
+ * the last); one layer and 8 tokens keep a step short on the emulator. */
+static llmt_model_config chunked_config(int precision)
+{
+    llmt_model_config c = config(precision, 0);
+    c.vocab_size = 32768;
+    c.num_layers = 1;
+    c.max_seq_len = 8;
+    return c;
+}
+
+/* Two steps on CUDA of chunked_config's model with every layer's state
+ * placed at parts. With decay_norms the whole buffer is one AdamW run and
+ * one host update crosses every chunk; without, the norms' runs split it
+ * into seven updates (the embedding and the head one chunk each), each of
+ * whose first chunk reuses staging half 0 while the previous update's
+ * uploads from it may still be pending. */
+static float *chunked_train(int precision, int32_t parts, int decay_norms, size_t *len)
+{
+    enum { TOKENS = 8 };
+    llmt_context *ctx = make_ctx(LLMT_BACKEND_CUDA);
+    llmt_model_config c = chunked_config(precision);
+    llmt_model *m = NULL;
+    llmt_optimizer *o = NULL;
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.lr = 3e-3;
+    oc.weight_decay = 0.01;
+    oc.decay_norms = decay_norms;
+    oc.offload_parts = parts;
+    oc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    assert_true(llmt_model_num_params(m) > 2 * LLMT_OFFLOAD_CHUNK);
+    assert_int_equal(llmt_optimizer_create(&o, m, &oc), LLMT_OK);
+    int32_t tokens[TOKENS], targets[TOKENS];
+    for (int step = 0; step < 2; step++) {
+        test_learnable_batch(step, 1, TOKENS, c.vocab_size, tokens, targets);
+        double loss = 0;
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_int_equal(llmt_model_forward_backward(m, tokens, targets, 1, TOKENS, 1.0, 0, &loss),
+                         LLMT_OK);
+        assert_int_equal(llmt_optimizer_step(o, NULL, NULL), LLMT_OK);
+    }
+    float *out = weights_and_state(m, o, len);
+    llmt_optimizer_free(o);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+    return out;
+}
+
+/* The host AdamW pipelined with its copies (the copy stream downloads the
+ * next chunk and uploads the last one while the host updates this one, in
+ * alternating staging halves) over a segment of several chunks gives the
+ * device optimizer's weights and state bit for bit: optimizer alone
+ * (gradients and, in fp32, weights downloaded) and with the gradients
+ * (read in place but for the tail), fp32 and bf16_mixed (master: no weight
+ * downloads); bf16_mixed in one update over every chunk, fp32 in several
+ * updates (norms not decayed), so one update's staging is handed to the
+ * next with its uploads pending. On the emulator the copy stream's copies
+ * run only when waited for, so a missing host or compute-stream wait
+ * changes bits. */
+static void test_offload_chunks_pipelined(void **state)
+{
+    (void)state;
+    need_cuda();
+    const int precisions[2] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED};
+    const int decay_norms[2] = {0, 1};
+    const int32_t parts[2] = {LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS};
+    for (int p = 0; p < 2; p++) {
+        size_t n_ref = 0;
+        float *ref = chunked_train(precisions[p], LLMT_OFFLOAD_NONE, decay_norms[p], &n_ref);
+        for (int r = 0; r < 2; r++) {
+            size_t n = 0;
+            float *got = chunked_train(precisions[p], parts[r], decay_norms[p], &n);
+            assert_int_equal(n, n_ref);
+            size_t first = 0;
+            while (first < n && !memcmp(&ref[first], &got[first], sizeof *got))
+                first++;
+            if (first < n)
+                fail_msg("precision %d, offload parts %d over several chunks (decay_norms %d): "
+                         "value %zu of %zu (weights, then each state) differs from the device "
+                         "optimizer's",
+                         precisions[p], parts[r], decay_norms[p], first, n);
+            free(got);
+        }
+        free(ref);
+    }
+}
+
 /* Every gradient after two micro-batches accumulated (no zeroing between,
  * so the second loads each offloaded bucket back from host memory) on CUDA,
  * with the optimizer created at (parts, layers); with parts, the device's
@@ -637,6 +729,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_safetensors_roundtrip),
         cmocka_unit_test(test_offload_same_bits),
         cmocka_unit_test(test_offload_grads_overlap),
+        cmocka_unit_test(test_offload_chunks_pipelined),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     /* 77: CTest's SKIP_RETURN_CODE for this test (tests/CMakeLists.txt). */

@@ -2,7 +2,7 @@
  * prefix of layers, all) equals the context's measured peak per category to
  * the byte after training steps with the optimizer so placed, host bytes
  * included; the offloaded bytes match a hand count of the parameters; a CUDA
- * plan adds the two staging buffers (where this build has the CUDA plugin;
+ * plan adds the two double staging buffers (where this build has the CUDA plugin;
  * no GPU is needed); llmt_plan_fit_offload climbs recompute,
  * then offload, then halves the micro-batch; bad offload fields are named.
  * With gradient offload (OPTIMIZER | GRADS) the plan equals the measured
@@ -322,8 +322,10 @@ static void test_offload_moves_only_optimizer_bytes(void **state)
 }
 
 /* On CUDA (whose memory the host cannot read) the host segment comes with
- * two staging buffers of min(segment, 2^22) weight elements each, and
- * gradient offload with a device bucket of two slots. */
+ * two staging buffers (gradients in, weights out) of two halves each (the
+ * copies of one chunk overlap the host's AdamW on the next), a half being
+ * min(segment, 2^22) weight elements, and gradient offload with a device
+ * bucket of two slots. */
 static void test_cuda_staging(void **state)
 {
     (void)state;
@@ -336,7 +338,7 @@ static void test_cuda_staging(void **state)
     assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
     uint64_t host = (uint64_t)(EMBED + PER_LAYER);
     assert_int_equal(cpu.host_peak, host * 12);
-    assert_int_equal(cuda.host_peak, host * 12 + 2 * host * 2);
+    assert_int_equal(cuda.host_peak, host * 12 + 2 * 2 * host * 2);
     assert_int_equal(cuda.bytes[LLMT_MEM_OPTIMIZER], cpu.bytes[LLMT_MEM_OPTIMIZER]);
     /* With the gradients (split 8192): each of the device bucket's two
      * slots also holds the norm's uploads of min(split, 2^20) host
@@ -347,7 +349,7 @@ static void test_cuda_staging(void **state)
     assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
     assert_int_equal(bucket_elems(8192, 0), 2 * (8192 + 128));
     assert_int_equal(cuda.bytes[LLMT_MEM_GRADS], (uint64_t)(PARAMS - 8192 + 2 * 8320) * 2);
-    assert_int_equal(cuda.host_peak, host * 12 + 2 * host * 2 + 8192 * 2);
+    assert_int_equal(cuda.host_peak, host * 12 + 2 * 2 * host * 2 + 8192 * 2);
     pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     /* LLaMA-7B, all offloaded: the staging is capped at 2^22 elements. */
     pc.model.vocab_size = 32000, pc.model.hidden_size = 4096, pc.model.num_layers = 32;
@@ -358,14 +360,14 @@ static void test_cuda_staging(void **state)
     pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
     assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
     assert_int_equal(cuda.num_params, 6738415616);
-    assert_int_equal(cuda.host_peak, 6738415616ull * 12 + 2 * (1ull << 22) * 2);
+    assert_int_equal(cuda.host_peak, 6738415616ull * 12 + 2 * 2 * (1ull << 22) * 2);
     assert_int_equal(cuda.bytes[LLMT_MEM_OPTIMIZER], 0);
     /* And its gradients: 1,645,121 whole granules, all on the host; two
      * slots of a layer's 202,383,360 gradients and 128 (a multiple of 128). */
     pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
     assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
     assert_int_equal(cuda.bytes[LLMT_MEM_GRADS], 2ull * (202383360 + 128) * 2);
-    assert_int_equal(cuda.host_peak, 6738415616ull * 14 + 2 * (1ull << 22) * 2);
+    assert_int_equal(cuda.host_peak, 6738415616ull * 14 + 2 * 2 * (1ull << 22) * 2);
 #else
     /* This build has no CUDA plugin: a CUDA plan is refused, naming why. */
     llmt_plan_config pc = plan_config(LLMT_PRECISION_BF16_MIXED);

@@ -230,6 +230,8 @@ LLMT_DTYPE_VARIANTS(rope_row,
 int llmt_cpu_rope(llmt_device *dev, void *x, const float *cos_sin, int64_t m, int64_t seq,
                   int64_t heads, int64_t head_dim, int64_t row_stride, int inverse, int dt)
 {
+    if (m > 0 && seq < 1) /* row r is at position r % seq */
+        return llmt_fail(LLMT_EINVAL, "cpu rope: seq = %lld is not positive", (long long)seq);
     int64_t half = head_dim / 2;
     void (*row)(void *, const float *, const float *, int64_t, int64_t, int) =
         LLMT_PICK(rope_row, dt);

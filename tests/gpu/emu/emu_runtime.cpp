@@ -10,6 +10,9 @@
 #include <ucontext.h>
 
 #include <deque>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <vector>
 
 namespace emu {
@@ -131,7 +134,17 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()> &body)
 {
     static unsigned long long rounds;
     const unsigned threads = block.x * block.y * block.z;
-    if (block.y != 1 || block.z != 1 || threads == 0 || threads > 1024) {
+    /* A GPU's launch limits: a real launch beyond them fails. */
+    if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr,
+                "cuda emulator: launch of grid (%u,%u,%u), block (%u,%u,%u) beyond CUDA's "
+                "limits (1 to 1024 threads a block; gridDim.x 1 to 2^31 - 1, .y and .z 1 "
+                "to 65535)\n",
+                grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        abort();
+    }
+    if (block.y != 1 || block.z != 1) {
         fprintf(stderr, "cuda emulator: unsupported block (%u,%u,%u)\n", block.x, block.y, block.z);
         abort();
     }
@@ -182,8 +195,9 @@ cudaError_t cudaSetDevice(int device)
 
 /* Streams and events. Kernels, copies and memsets run at once on every
  * stream but a lazy one (the backend's copy stream, marked by
- * LLMT_CUDA_EMU_COPY_STREAM): its copies wait in a queue until something
- * waits for them (an event recorded after them, a synchronize, a free), as
+ * LLMT_CUDA_EMU_COPY_STREAM): its copies, to the host and to the device
+ * alike, wait in a queue until something waits for them (an event recorded
+ * after them, waited for by a stream or the host; a synchronize; a free), as
  * late as CUDA allows. The copy then reads its source when it runs, so a
  * missing wait before an op overwrites that source, or before the host or
  * an op reads the destination, gives wrong bits instead of passing by luck. */
@@ -269,6 +283,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     return cudaSuccess;
 }
 
+/* Kernels and copies are done at launch; a lazy stream's queued copies run
+ * now, as a poll loop of queries would eventually see them done. */
+cudaError_t cudaStreamQuery(cudaStream_t stream)
+{
+    emu_stream *s = as_stream(stream);
+    if (s)
+        run_until(s, s->queued);
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
     emu_stream *s = as_stream(stream);
@@ -316,34 +340,101 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void **ptr, size_t size)
+/* The host waits for the work before the event: it is done now. */
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    /* Like cudaMalloc: 256-byte aligned, contents undefined (poisoned). */
+    emu_event *e = as_event(event);
+    if (e->stream)
+        run_until(e->stream, e->seq);
+    return cudaSuccess;
+}
+
+} // extern "C"
+
+/* The live allocations of cudaMalloc (device) and cudaMallocHost (pinned
+ * host), by start address, so that cudaPointerGetAttributes can tell
+ * device memory from host memory although both are host memory here. */
+namespace {
+
+struct emu_alloc {
+    size_t bytes;
+    cudaMemoryType type;
+};
+
+std::mutex allocs_mutex;
+std::map<const char *, emu_alloc> allocs;
+
+/* Like cudaMalloc: 256-byte aligned, contents undefined (poisoned); recorded as type. */
+cudaError_t allocate(void **ptr, size_t size, cudaMemoryType type)
+{
     size_t rounded = (size + 255) / 256 * 256;
-    if (posix_memalign(ptr, 256, rounded ? rounded : 256) != 0)
+    if (!rounded)
+        rounded = 256;
+    if (posix_memalign(ptr, 256, rounded) != 0)
         return cudaErrorMemoryAllocation;
     memset(*ptr, 0xA5, rounded);
+    std::lock_guard<std::mutex> hold(allocs_mutex);
+    allocs[(const char *)*ptr] = emu_alloc{rounded, type};
     return cudaSuccess;
 }
 
 /* Frees synchronize the device, as CUDA's do: no queued copy outlives its
  * buffers. */
-cudaError_t cudaFree(void *ptr)
+cudaError_t release(void *ptr)
 {
     run_all_lazy();
+    if (ptr) {
+        std::lock_guard<std::mutex> hold(allocs_mutex);
+        allocs.erase((const char *)ptr);
+    }
     free(ptr);
     return cudaSuccess;
 }
 
+} // namespace
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **ptr, size_t size)
+{
+    return allocate(ptr, size, cudaMemoryTypeDevice);
+}
+
+cudaError_t cudaFree(void *ptr)
+{
+    return release(ptr);
+}
+
 cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
-    return cudaMalloc(ptr, size);
+    return allocate(ptr, size, cudaMemoryTypeHost);
 }
 
 cudaError_t cudaFreeHost(void *ptr)
 {
-    run_all_lazy();
-    free(ptr);
+    return release(ptr);
+}
+
+/* Device memory (inside a cudaMalloc allocation) of device 0, pinned host
+ * memory (cudaMallocHost), or else ordinary host memory (unregistered). */
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attributes, const void *ptr)
+{
+    if (!attributes)
+        return cudaErrorInvalidValue;
+    memset(attributes, 0, sizeof *attributes);
+    attributes->type = cudaMemoryTypeUnregistered;
+    const char *p = (const char *)ptr;
+    std::lock_guard<std::mutex> hold(allocs_mutex);
+    auto after = allocs.upper_bound(p);
+    if (after == allocs.begin())
+        return cudaSuccess;
+    auto at = std::prev(after);
+    if (p >= at->first + at->second.bytes)
+        return cudaSuccess;
+    attributes->type = at->second.type;
+    attributes->device = 0;
+    attributes->devicePointer = (void *)ptr;
+    attributes->hostPointer = at->second.type == cudaMemoryTypeHost ? (void *)ptr : NULL;
     return cudaSuccess;
 }
 
@@ -365,6 +456,28 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     } else if (count) {
         memmove(dst, src, count);
     }
+    return cudaSuccess;
+}
+
+/* A copy of height rows of width bytes between pitched buffers: a
+ * cudaMemcpyAsync a row (lazy on the copy stream, in order, as one copy
+ * would be); a pitch below the width is refused, as CUDA does. */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t stream)
+{
+    if (width > dpitch || width > spitch)
+        return cudaErrorInvalidPitchValue;
+    for (size_t r = 0; r < height; r++)
+        cudaMemcpyAsync((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind,
+                        stream);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *ptr, int value, size_t count)
+{
+    if (count)
+        memset(ptr, value, count);
     return cudaSuccess;
 }
 

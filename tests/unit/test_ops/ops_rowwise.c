@@ -196,15 +196,46 @@ static void rms_ref(int v, const void *p, result *out)
 const op_test rms_test = {"rmsnorm", 3, dt_name, dt_of, rms_make, rms_run, rms_ref,
                                  rms_free, 1.0};
 
-/* RoPE forward and inverse on the first 3 of 5 head vectors per row, rows
- * wrapping around the sequence length. */
+/* RoPE forward and inverse on the first `heads` of `row_heads` head vectors
+ * per row, row r at position r % seq, in several shapes: whole sequences,
+ * a partial last one, fewer rows than one sequence, and (F32 and forward
+ * only: 131k rows, slow on the emulator) more than 65535 sequences, so that
+ * CUDA's grid, whose height stops there, strides its sequences. Each
+ * buffer has a row past m, which
+ * must stay as it was. The table rotates every position, the first too
+ * (angle (pos + 1) theta_i), so a row at the wrong position or skipped
+ * shows. Also: seq 0 is refused, naming it. */
 
-enum { PSEQ = 7, PM = 14, PHEADS = 3, PROW_HEADS = 5, PHD = 8 };
+typedef struct rope_case {
+    int64_t m, seq, heads, row_heads, hd;
+    int inverse; /* the inverse runs too, after the rotation */
+} rope_case;
+
+static const rope_case rope_cases[] = {
+    {14, 7, 3, 5, 8, 1},           /* two whole sequences */
+    {10, 7, 3, 5, 8, 1},           /* a partial last sequence */
+    {5, 7, 3, 5, 8, 1},            /* fewer rows than one sequence */
+    {2 * 65536 + 1, 2, 1, 1, 2, 0} /* 65537 sequences: past the grid's height */
+};
+
+enum { ROPE_CASES = sizeof rope_cases / sizeof *rope_cases };
+
+/* The cases variant v runs: the last (large) one in F32 only. */
+static int rope_case_count(int v)
+{
+    return v == 0 ? ROPE_CASES : ROPE_CASES - 1;
+}
+
+/* Elements of case c's buffer: m rows and one more, of row_heads heads. */
+static int64_t rope_elems(const rope_case *c)
+{
+    return (c->m + 1) * c->row_heads * c->hd;
+}
 
 typedef struct rope_in {
     int dt;
-    float *x;
-    float cs[PSEQ * PHD]; /* per position hd / 2 cosines then hd / 2 sines */
+    float *x[ROPE_CASES];
+    float *cs[ROPE_CASES]; /* per position hd / 2 cosines then hd / 2 sines */
 } rope_in;
 
 static void *rope_make(int v, uint64_t seed)
@@ -212,61 +243,90 @@ static void *rope_make(int v, uint64_t seed)
     uint64_t s = seed;
     rope_in *in = calloc(1, sizeof *in);
     in->dt = dtypes[v];
-    in->x = randn(&s, PM * PROW_HEADS * PHD, 1.0, in->dt);
-    for (int pos = 0; pos < PSEQ; pos++)
-        for (int i = 0; i < PHD / 2; i++) {
-            double angle = pos * pow(10000.0, -2.0 * i / PHD);
-            in->cs[pos * PHD + i] = (float)cos(angle);
-            in->cs[pos * PHD + PHD / 2 + i] = (float)sin(angle);
-        }
+    for (int k = 0; k < rope_case_count(v); k++) {
+        const rope_case *c = &rope_cases[k];
+        in->x[k] = randn(&s, rope_elems(c), 1.0, in->dt);
+        in->cs[k] = malloc((size_t)(c->seq * c->hd) * sizeof(float));
+        for (int64_t pos = 0; pos < c->seq; pos++)
+            for (int64_t i = 0; i < c->hd / 2; i++) {
+                double angle = (double)(pos + 1) * pow(10000.0, -2.0 * (double)i / (double)c->hd);
+                in->cs[k][pos * c->hd + i] = (float)cos(angle);
+                in->cs[k][pos * c->hd + c->hd / 2 + i] = (float)sin(angle);
+            }
+    }
     return in;
 }
 
 static void rope_free(void *p)
 {
     rope_in *in = p;
-    free(in->x);
+    for (int k = 0; k < ROPE_CASES; k++) {
+        free(in->x[k]);
+        free(in->cs[k]);
+    }
     free(in);
 }
 
 static void rope_run(backend *b, int v, const void *p, result *out)
 {
-    (void)v;
     const rope_in *in = p;
     const int dt = in->dt;
-    const int64_t n = PM * PROW_HEADS * PHD;
-    void *x = dput(b, in->x, n, dt), *cs = dput(b, in->cs, PSEQ * PHD, LLMT_DTYPE_F32);
-    OK(b->ops->rope(b->dev, x, cs, PM, PSEQ, PHEADS, PHD, PROW_HEADS * PHD, 0, dt));
-    add_dev(out, b, "rotated", x, n, dt);
-    OK(b->ops->rope(b->dev, x, cs, PM, PSEQ, PHEADS, PHD, PROW_HEADS * PHD, 1, dt));
-    add_dev(out, b, "rotated back", x, n, dt);
-    dfree(b, x);
-    dfree(b, cs);
+    for (int k = 0; k < rope_case_count(v); k++) {
+        const rope_case *c = &rope_cases[k];
+        const int64_t n = rope_elems(c), ld = c->row_heads * c->hd;
+        void *x = dput(b, in->x[k], n, dt);
+        void *cs = dput(b, in->cs[k], c->seq * c->hd, LLMT_DTYPE_F32);
+        char name[40];
+        OK(b->ops->rope(b->dev, x, cs, c->m, c->seq, c->heads, c->hd, ld, 0, dt));
+        snprintf(name, sizeof name, "m %lld seq %lld: rotated", (long long)c->m, (long long)c->seq);
+        add_dev(out, b, name, x, n, dt);
+        if (c->inverse) {
+            OK(b->ops->rope(b->dev, x, cs, c->m, c->seq, c->heads, c->hd, ld, 1, dt));
+            snprintf(name, sizeof name, "m %lld seq %lld: back", (long long)c->m,
+                     (long long)c->seq);
+            add_dev(out, b, name, x, n, dt);
+        }
+        if (k == 0) { /* a sequence length of 0 puts a row at no position */
+            assert_int_equal(b->ops->rope(b->dev, x, cs, c->m, 0, c->heads, c->hd, ld, 0, dt),
+                             LLMT_EINVAL);
+            assert_contains(llmt_error_last(), "rope: seq = 0 is not positive");
+        }
+        dfree(b, x);
+        dfree(b, cs);
+    }
 }
 
 static void rope_ref(int v, const void *p, result *out)
 {
-    (void)v;
     const rope_in *in = p;
-    const int64_t n = PM * PROW_HEADS * PHD;
-    double *y = dzeros(n), *back = dzeros(n);
-    for (int64_t i = 0; i < n; i++)
-        y[i] = back[i] = in->x[i];
-    for (int r = 0; r < PM; r++) {
-        const float *c = in->cs + (r % PSEQ) * PHD, *sn = c + PHD / 2;
-        for (int h = 0; h < PHEADS; h++) {
-            double *q = y + (r * PROW_HEADS + h) * PHD;
-            for (int i = 0; i < PHD / 2; i++) {
-                double x1 = q[i], x2 = q[i + PHD / 2];
-                q[i] = x1 * c[i] - x2 * sn[i];
-                q[i + PHD / 2] = x2 * c[i] + x1 * sn[i];
+    for (int k = 0; k < rope_case_count(v); k++) {
+        const rope_case *c = &rope_cases[k];
+        const int64_t n = rope_elems(c), half = c->hd / 2;
+        double *y = dzeros(n), *back = dzeros(n);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = back[i] = in->x[k][i];
+        for (int64_t r = 0; r < c->m; r++) {
+            const float *cos_t = in->cs[k] + (r % c->seq) * c->hd, *sin_t = cos_t + half;
+            for (int64_t h = 0; h < c->heads; h++) {
+                double *q = y + (r * c->row_heads + h) * c->hd;
+                for (int64_t i = 0; i < half; i++) {
+                    double x1 = q[i], x2 = q[i + half];
+                    q[i] = x1 * cos_t[i] - x2 * sin_t[i];
+                    q[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+                }
             }
         }
+        char name[40];
+        snprintf(name, sizeof name, "m %lld seq %lld: rotated", (long long)c->m, (long long)c->seq);
+        add_d(out, name, y, n);
+        if (c->inverse) {
+            snprintf(name, sizeof name, "m %lld seq %lld: back", (long long)c->m,
+                     (long long)c->seq);
+            add_d(out, name, back, n); /* the inverse undoes the rotation */
+        }
+        free(y);
+        free(back);
     }
-    add_d(out, "rotated", y, n);
-    add_d(out, "rotated back", back, n); /* the inverse undoes the rotation */
-    free(y);
-    free(back);
 }
 
 const op_test rope_test = {"rope", 3, dt_name, dt_of, rope_make, rope_run, rope_ref,

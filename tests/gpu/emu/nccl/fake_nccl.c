@@ -1,0 +1,423 @@
+/* A test double of NCCL for the CUDA emulator, NOT NCCL: tests/gpu/emulate.sh
+ * builds it as the libnccl.so.2 that the emulated plugin's NCCL engine
+ * (cuda/comm_nccl.cu) dlopens, so that the engine's code runs without a GPU.
+ * It implements tests/gpu/emu/nccl/nccl.h over MPI, NCCL rank i being MPI
+ * rank i of MPI_COMM_WORLD. The emulator runs work at launch and its device
+ * memory is host memory, so every call does its work before it returns
+ * (streams are ignored) and no error is ever asynchronous. Where MPI is not
+ * initialised (llmt-train --data-parallel as one process) it makes
+ * communicators of one rank only. One thread at a time calls it. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "nccl.h"
+
+struct ncclComm {
+    MPI_Comm mpi; /* a duplicate of MPI_COMM_WORLD; MPI_COMM_NULL: one rank without MPI */
+    int rank, nranks;
+};
+
+/* Seconds a group's sends and recvs may take before ncclGroupEnd fails
+ * (a mismatched order of calls between ranks would otherwise hang). */
+#define GROUP_TIMEOUT_S 120
+
+/* An ncclSend or ncclRecv waiting for the end of its group. */
+typedef struct p2p {
+    int is_send;
+    void *buf;
+    size_t bytes;
+    int peer;
+    ncclComm_t comm;
+} p2p;
+
+static int group_depth;
+static p2p *pending;
+static size_t n_pending, cap_pending;
+
+/* The last failure: its result and text, which ncclGetErrorString gives
+ * for that result (NCCL's own strings say less). */
+static ncclResult_t last_result = ncclSuccess;
+static char last_text[512];
+
+static const char *result_name(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    }
+    return "unknown result code";
+}
+
+/* Records r with the formatted text (prefixed "fake NCCL") and returns r. */
+static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
+{
+    int n = snprintf(last_text, sizeof last_text, "%s (fake NCCL over MPI: ", result_name(r));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_text + n, sizeof last_text - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = strlen(last_text);
+    if (len + 1 < sizeof last_text)
+        strcpy(last_text + len, ")");
+    last_result = r;
+    return r;
+}
+
+/* ncclRemoteError naming the MPI call and MPI's reason, for a failed call. */
+static ncclResult_t mpi_failed(const char *call, int err)
+{
+    char why[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, why, &len);
+    return fail(ncclRemoteError, "%s: %s", call, why);
+}
+
+/* Bytes of one element of dt in *bytes; ncclInvalidArgument for a type
+ * the engine does not use. */
+static ncclResult_t type_bytes(ncclDataType_t dt, size_t *bytes)
+{
+    if (dt == ncclUint8)
+        *bytes = 1;
+    else if (dt == ncclInt64)
+        *bytes = 8;
+    else
+        return fail(ncclInvalidArgument, "data type %d is not one this stand-in has", (int)dt);
+    return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t result)
+{
+    return result == last_result && last_text[0] ? last_text : result_name(result);
+}
+
+/* 128 random bytes: ranks given different ids are told apart. */
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId)
+{
+    if (!uniqueId)
+        return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    if (getrandom(uniqueId->internal, sizeof uniqueId->internal, 0) !=
+        (ssize_t)sizeof uniqueId->internal)
+        return fail(ncclSystemError, "ncclGetUniqueId: getrandom failed");
+    return ncclSuccess;
+}
+
+/* What each rank tells the others when it joins. */
+typedef struct joiner {
+    int rank, nranks;
+    char id[NCCL_UNIQUE_ID_BYTES];
+} joiner;
+
+/* Joins c (rank and nranks set) with every MPI rank: all exchange their
+ * (rank, nranks, id) over a duplicate of MPI_COMM_WORLD and, seeing the
+ * same table, all succeed or all fail naming the same rank (no hang). */
+static ncclResult_t join(ncclComm_t c, const ncclUniqueId *id)
+{
+    int err = MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
+    if (err != MPI_SUCCESS)
+        return mpi_failed("MPI_Comm_dup", err);
+    MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN);
+    int world = 0;
+    MPI_Comm_size(c->mpi, &world);
+    joiner mine = {c->rank, c->nranks, {0}};
+    memcpy(mine.id, id->internal, sizeof mine.id);
+    joiner *all = calloc((size_t)world, sizeof *all);
+    if (!all)
+        return fail(ncclSystemError, "ncclCommInitRank: out of host memory");
+    ncclResult_t r = ncclSuccess;
+    err = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, c->mpi);
+    if (err != MPI_SUCCESS)
+        r = mpi_failed("MPI_Allgather", err);
+    for (int i = 0; i < world && r == ncclSuccess; i++) {
+        if (all[i].rank != i || all[i].nranks != world)
+            r = fail(ncclInvalidUsage, "MPI rank %d joined as rank %d of %d, but NCCL rank i must "
+                     "be MPI rank i of MPI_COMM_WORLD's %d", i, all[i].rank, all[i].nranks, world);
+        else if (memcmp(all[i].id, all[0].id, sizeof all[i].id) != 0)
+            r = fail(ncclInvalidUsage, "rank %d was given another unique id than rank 0", i);
+    }
+    free(all);
+    return r;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+{
+    if (!comm)
+        return fail(ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
+    *comm = NULL;
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return fail(ncclInvalidArgument, "ncclCommInitRank: rank %d of %d", rank, nranks);
+    int mpi_on = 0, mpi_done = 0;
+    MPI_Initialized(&mpi_on);
+    MPI_Finalized(&mpi_done);
+    if ((!mpi_on || mpi_done) && nranks > 1)
+        return fail(ncclInvalidUsage, "ncclCommInitRank: %d ranks, but MPI is not running: "
+                    "without it this stand-in makes communicators of one rank only", nranks);
+    ncclComm_t c = calloc(1, sizeof *c);
+    if (!c)
+        return fail(ncclSystemError, "ncclCommInitRank: out of host memory");
+    c->mpi = MPI_COMM_NULL;
+    c->rank = rank;
+    c->nranks = nranks;
+    ncclResult_t r = mpi_on && !mpi_done ? join(c, &commId) : ncclSuccess;
+    if (r != ncclSuccess) {
+        if (c->mpi != MPI_COMM_NULL)
+            MPI_Comm_free(&c->mpi);
+        free(c);
+        return r;
+    }
+    *comm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    if (!comm)
+        return fail(ncclInvalidArgument, "ncclCommDestroy: comm is NULL");
+    int mpi_done = 0;
+    MPI_Finalized(&mpi_done);
+    if (comm->mpi != MPI_COMM_NULL && !mpi_done)
+        MPI_Comm_free(&comm->mpi);
+    free(comm);
+    return ncclSuccess;
+}
+
+/* Frees comm without MPI_Comm_free, whose collective nature could wait
+ * for ranks that failed. */
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    free(comm);
+    return ncclSuccess;
+}
+
+/* Work finishes before each call returns: never an asynchronous error. */
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+    if (!comm || !asyncError)
+        return fail(ncclInvalidArgument, "ncclCommGetAsyncError: %s is NULL",
+                    comm ? "asyncError" : "comm");
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
+}
+
+/* Without MPI (one rank): the k-th send to itself goes to the k-th recv. */
+static ncclResult_t run_alone(void)
+{
+    size_t s = 0, r = 0;
+    for (;;) {
+        while (s < n_pending && !pending[s].is_send)
+            s++;
+        while (r < n_pending && pending[r].is_send)
+            r++;
+        if (s == n_pending && r == n_pending)
+            return ncclSuccess;
+        if (s == n_pending || r == n_pending || pending[s].bytes != pending[r].bytes)
+            return fail(ncclInvalidUsage, "ncclGroupEnd: a send to itself without a recv of "
+                        "its size, or the reverse");
+        memmove(pending[r].buf, pending[s].buf, pending[s].bytes);
+        s++;
+        r++;
+    }
+}
+
+/* Waits for the posted requests for at most GROUP_TIMEOUT_S seconds;
+ * *done says whether they finished (their statuses filled). */
+static int wait_bounded(int n, MPI_Request *req, MPI_Status *st, int *done)
+{
+    const double start = MPI_Wtime();
+    int err = MPI_SUCCESS;
+    *done = 0;
+    while (err == MPI_SUCCESS && !*done && MPI_Wtime() - start < GROUP_TIMEOUT_S)
+        err = MPI_Testall(n, req, done, st);
+    return err;
+}
+
+/* Over MPI: every recv and send posted at once and waited for, with one tag:
+ * MPI matches the messages between two ranks in the order they were posted,
+ * which is NCCL's rule for sends and recvs (groups are not numbered: a rank
+ * with nothing to exchange makes no call). A recv of another size than its
+ * send, or a group not done within GROUP_TIMEOUT_S (calls out of step
+ * between ranks), fails instead of hanging. */
+static ncclResult_t run_mpi(ncclComm_t c)
+{
+    enum { TAG = 0 };
+    MPI_Request *req = malloc(n_pending * sizeof *req);
+    MPI_Status *st = malloc(n_pending * sizeof *st);
+    if (!req || !st) {
+        free(req);
+        free(st);
+        return fail(ncclSystemError, "ncclGroupEnd: out of host memory");
+    }
+    int err = MPI_SUCCESS, done = 0;
+    size_t posted = 0;
+    for (size_t i = 0; i < n_pending && err == MPI_SUCCESS; i++) {
+        const p2p *p = &pending[i];
+        const int n = (int)p->bytes;
+        err = p->is_send ? MPI_Isend(p->buf, n, MPI_BYTE, p->peer, TAG, c->mpi, &req[i])
+                         : MPI_Irecv(p->buf, n, MPI_BYTE, p->peer, TAG, c->mpi, &req[i]);
+        posted += err == MPI_SUCCESS;
+    }
+    if (err == MPI_SUCCESS)
+        err = wait_bounded((int)posted, req, st, &done);
+    ncclResult_t r = ncclSuccess;
+    if (err != MPI_SUCCESS)
+        r = mpi_failed("MPI_Isend/MPI_Irecv/MPI_Testall", err);
+    else if (!done)
+        r = fail(ncclRemoteError, "ncclGroupEnd: rank %d's %zu sends and recvs not done after "
+                 "%d s (the ranks' calls out of step?)", c->rank, posted, GROUP_TIMEOUT_S);
+    for (size_t i = 0; i < posted && r == ncclSuccess; i++) {
+        int got = 0;
+        if (pending[i].is_send || MPI_Get_count(&st[i], MPI_BYTE, &got) != MPI_SUCCESS ||
+            (size_t)got == pending[i].bytes)
+            continue;
+        r = fail(ncclInvalidUsage, "ncclGroupEnd: rank %d received %d bytes from rank %d, "
+                 "%zu expected (sends and recvs out of step)", c->rank, got, pending[i].peer,
+                 pending[i].bytes);
+    }
+    free(req);
+    free(st);
+    return r;
+}
+
+/* Runs the group's sends and recvs (all on one communicator) and empties it. */
+static ncclResult_t run_group(void)
+{
+    ncclResult_t r = ncclSuccess;
+    for (size_t i = 1; i < n_pending && r == ncclSuccess; i++)
+        if (pending[i].comm != pending[0].comm)
+            r = fail(ncclInvalidUsage, "ncclGroupEnd: sends and recvs of two communicators in "
+                     "one group (this stand-in takes one)");
+    if (r == ncclSuccess && n_pending)
+        r = pending[0].comm->mpi == MPI_COMM_NULL ? run_alone() : run_mpi(pending[0].comm);
+    n_pending = 0;
+    return r;
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    group_depth++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    if (group_depth == 0)
+        return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    return --group_depth ? ncclSuccess : run_group();
+}
+
+/* Queues a send or recv; outside a group it runs at once, as a group of one. */
+static ncclResult_t enqueue(const char *call, int is_send, void *buf, size_t count,
+                            ncclDataType_t datatype, int peer, ncclComm_t comm)
+{
+    size_t es = 0;
+    ncclResult_t r = type_bytes(datatype, &es);
+    if (r != ncclSuccess)
+        return r;
+    if (!comm || (count && !buf))
+        return fail(ncclInvalidArgument, "%s: %s is NULL", call, comm ? "the buffer" : "comm");
+    if (peer < 0 || peer >= comm->nranks)
+        return fail(ncclInvalidArgument, "%s: peer %d of %d ranks", call, peer, comm->nranks);
+    if (count > (size_t)INT_MAX / es)
+        return fail(ncclInvalidArgument, "%s: %zu elements pass MPI's int count", call, count);
+    if (n_pending == cap_pending) {
+        size_t cap = cap_pending ? 2 * cap_pending : 16;
+        p2p *grown = realloc(pending, cap * sizeof *grown);
+        if (!grown)
+            return fail(ncclSystemError, "%s: out of host memory", call);
+        pending = grown;
+        cap_pending = cap;
+    }
+    pending[n_pending++] = (p2p){is_send, buf, count * es, peer, comm};
+    return group_depth ? ncclSuccess : run_group();
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    return enqueue("ncclSend", 1, (void *)sendbuff, count, datatype, peer, comm);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    return enqueue("ncclRecv", 0, recvbuff, count, datatype, peer, comm);
+}
+
+/* The checks of a collective: comm, the buffers, the count, and no open
+ * group (this stand-in runs collectives at once). Bytes in *bytes. */
+static ncclResult_t collective_args(const char *call, const void *sendbuff, const void *recvbuff,
+                                    size_t count, ncclDataType_t datatype, ncclComm_t comm,
+                                    size_t *bytes)
+{
+    size_t es = 0;
+    ncclResult_t r = type_bytes(datatype, &es);
+    if (r != ncclSuccess)
+        return r;
+    if (!comm || (count && (!sendbuff || !recvbuff)))
+        return fail(ncclInvalidArgument, "%s: %s is NULL", call, comm ? "a buffer" : "comm");
+    if (count > (size_t)INT_MAX / es)
+        return fail(ncclInvalidArgument, "%s: %zu elements pass MPI's int count", call, count);
+    if (group_depth)
+        return fail(ncclInvalidUsage, "%s inside a group (this stand-in runs collectives at once)",
+                    call);
+    *bytes = count * es;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    (void)stream;
+    size_t bytes = 0;
+    ncclResult_t r = collective_args("ncclBroadcast", sendbuff, recvbuff, count, datatype, comm,
+                                     &bytes);
+    if (r != ncclSuccess)
+        return r;
+    if (root < 0 || root >= comm->nranks)
+        return fail(ncclInvalidArgument, "ncclBroadcast: root %d of %d ranks", root, comm->nranks);
+    if (comm->rank == root && sendbuff != recvbuff)
+        memmove(recvbuff, sendbuff, bytes);
+    if (comm->mpi == MPI_COMM_NULL)
+        return ncclSuccess;
+    int err = MPI_Bcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mpi);
+    return err == MPI_SUCCESS ? ncclSuccess : mpi_failed("MPI_Bcast", err);
+}
+
+/* int64 sums and maxima: what the engine reduces. */
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream)
+{
+    (void)stream;
+    size_t bytes = 0;
+    ncclResult_t r = collective_args("ncclAllReduce", sendbuff, recvbuff, count, datatype, comm,
+                                     &bytes);
+    if (r != ncclSuccess)
+        return r;
+    if (datatype != ncclInt64 || (op != ncclSum && op != ncclMax))
+        return fail(ncclInvalidArgument, "ncclAllReduce: type %d, op %d (this stand-in reduces "
+                    "ncclInt64 with ncclSum or ncclMax)", (int)datatype, (int)op);
+    if (comm->mpi == MPI_COMM_NULL) {
+        if (sendbuff != recvbuff)
+            memmove(recvbuff, sendbuff, bytes);
+        return ncclSuccess;
+    }
+    int err = MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count,
+                            MPI_INT64_T, op == ncclSum ? MPI_SUM : MPI_MAX, comm->mpi);
+    return err == MPI_SUCCESS ? ncclSuccess : mpi_failed("MPI_Allreduce", err);
+}
