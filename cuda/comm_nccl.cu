@@ -104,7 +104,7 @@ typedef struct nccl_engine {
     llmt_cuda_backend *cb;
     cudaStream_t stream;          /* every NCCL call and staging copy of the engine */
     cudaEvent_t ops_queued, done; /* recorded on cb->stream; on stream (join) */
-    int pending;                  /* alltoallv_add queued work not yet waited for */
+    int pending;                  /* work queued on stream not yet waited for */
     ncclComm_t comm;              /* NULL once aborted */
     int32_t rank, size;
     int64_t *barrier_value; /* one device int64 that barrier reduces */
@@ -174,8 +174,10 @@ static int wait_done(nccl_engine *e, const char *coll)
     const double start = seconds_now();
     for (unsigned polls = 0;; polls++) {
         cudaError_t q = cudaStreamQuery(e->stream);
-        if (q == cudaSuccess)
+        if (q == cudaSuccess) {
+            e->pending = 0;
             return LLMT_OK;
+        }
         if (q != cudaErrorNotReady) {
             char why[256];
             snprintf(why, sizeof why, "the stream failed: %s", cudaGetErrorString(q));
@@ -207,22 +209,20 @@ static int begin(nccl_engine *e, const char *coll)
     LLMT_NCCL_TRY(cuda_call(e, coll, "cudaSetDevice", cudaSetDevice(e->cb->device)));
     LLMT_NCCL_TRY(cuda_call(e, coll, "cudaEventRecord", cudaEventRecord(e->ops_queued,
                                                                         e->cb->stream)));
+    e->pending = 1; /* until a wait_done that succeeds */
     return cuda_call(e, coll, "cudaStreamWaitEvent",
                      cudaStreamWaitEvent(e->stream, e->ops_queued, 0));
 }
 
 /* begin for a collective the host waits for: first waits (bounded) for
- * what alltoallv_add queued, so that no staging copy from pageable host
- * memory (which may synchronize with the stream) can block outside the
- * bounded wait. */
+ * what was queued and not waited for (alltoallv_add's work, or a failed
+ * collective's), so that no staging copy from pageable host memory (which
+ * may synchronize with the stream) can block outside the bounded wait. */
 static int begin_sync(nccl_engine *e, const char *coll)
 {
-    LLMT_NCCL_TRY(begin(e, coll));
-    if (e->pending) {
+    if (e->comm && e->pending)
         LLMT_NCCL_TRY(wait_done(e, coll));
-        e->pending = 0;
-    }
-    return LLMT_OK;
+    return begin(e, coll); /* pending again: this collective's work */
 }
 
 /* Whether p (not NULL) is memory the device can use directly (device
@@ -423,9 +423,9 @@ static int nccl_alltoallv_add(void *user, const void *send, const size_t *send_b
 {
     nccl_engine *e = (nccl_engine *)user;
     const char *coll = "alltoallv_add";
-    LLMT_NCCL_TRY(begin(e, coll));
-    e->pending = 1;
-    int rc = queue_exchange_add(e, coll, send, send_bytes, send_offsets, recv, recv_bytes,
+    int rc = begin(e, coll);
+    if (!rc)
+        rc = queue_exchange_add(e, coll, send, send_bytes, send_offsets, recv, recv_bytes,
                                 recv_offsets, sum, n, dt);
     if (rc && e->comm) { /* the failure's own message stays */
         g_nccl.abort(e->comm);
@@ -529,8 +529,9 @@ static void nccl_destroy(void *user)
     if (!e)
         return;
     cudaSetDevice(e->cb->device);
-    /* What alltoallv_add queued may still read the buffers freed below:
-     * waited for within the bounded wait (which aborts on failure). */
+    /* What was queued may still read the buffers freed below: waited for
+     * within the bounded wait, which aborts on failure (and then sets the
+     * thread's last error, which a release after a failure may replace). */
     if (e->comm && e->pending)
         wait_done(e, "the communicator's release");
     if (e->stream)

@@ -261,25 +261,42 @@ int llmt_comm_check_same(llmt_comm *c, const char *what, uint64_t value)
     return rc;
 }
 
+/* A rank that failed (status, its message own) and could not tell the
+ * others (the agreement's collective failed too): its own failure first. */
+static int own_failure(const llmt_comm *c, int status, const char *own)
+{
+    char agreement[AGREE_MESSAGE_BYTES], mine[24];
+    snprintf(agreement, sizeof agreement, "%s", llmt_error_last());
+    snprintf(mine, sizeof mine, "rank %d:", c->ops.rank);
+    int named = strncmp(own, mine, strlen(mine)) == 0;
+    return llmt_fail(status, "%s%s%s (and telling the other ranks failed: %s)", named ? "" : mine,
+                     named ? "" : " ", own, agreement);
+}
+
 int llmt_comm_agree_code(llmt_comm *c, int status, int *failed_status)
 {
     const char *what = "llmt_comm_agree";
     const int32_t n = c->ops.size;
     *failed_status = LLMT_OK;
-    /* The lowest failed rank r contributes n - r, the largest value. */
-    int64_t flag = status ? n - c->ops.rank : 0;
-    LLMT_TRY(llmt_comm_allreduce_i64(c, what, &flag, 1, LLMT_COMM_MAX));
-    if (!flag)
-        return LLMT_OK;
-    /* The failed rank's status, then its message. */
+    /* The failed rank's status, then its message (kept here: a failing
+     * collective below replaces llmt_error_last()). */
     struct {
         int32_t status;
         char text[AGREE_MESSAGE_BYTES];
     } failure = {status, {0}};
     if (status)
         snprintf(failure.text, sizeof failure.text, "%s", llmt_error_last());
+    /* The lowest failed rank r contributes n - r, the largest value. */
+    int64_t flag = status ? n - c->ops.rank : 0;
+    int rc = llmt_comm_allreduce_i64(c, what, &flag, 1, LLMT_COMM_MAX);
+    if (rc)
+        return status ? own_failure(c, status, failure.text) : rc;
+    if (!flag)
+        return LLMT_OK;
     int32_t failed = n - (int32_t)flag;
-    LLMT_TRY(llmt_comm_broadcast(c, what, &failure, sizeof failure, failed));
+    rc = llmt_comm_broadcast(c, what, &failure, sizeof failure, failed);
+    if (rc)
+        return status ? own_failure(c, status, failure.text) : rc;
     *failed_status = failure.status;
     /* A rank that failed itself keeps its own status; its message gains its rank. */
     if (status) {

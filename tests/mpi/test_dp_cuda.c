@@ -33,7 +33,9 @@
  * backward gives the bits and bytes sent of the exchange after backward
  * in both reduce modes, with a round in which a rank has no micro-batch
  * (it does not show that the streams overlap: the emulator runs
- * everything at launch); a sharded checkpoint saved at N
+ * everything at launch); a rank whose overlapped exchange is refused
+ * mid-backward fails the step on every rank within the stand-in's bounded
+ * wait, itself naming the refusal; a sharded checkpoint saved at N
  * ranks at step 3 (synchronously: the log says so) resumes in one process
  * and at N ranks, and one process's
  * checkpoint (format 1) at N ranks, each to the uninterrupted run's bits
@@ -359,6 +361,74 @@ static void test_overlap(const char *dir, llmt_comm *comm)
                size, failures ? "NO" : "yes");
 }
 
+
+/* The call of the engine's alltoallv_add (counted from 0) that
+ * refusing_add spoils on this rank; -1: none. */
+static int64_t spoil_call = -1;
+
+/* The engine's alltoallv_add, except that call spoil_call says this rank
+ * receives a byte more from itself than it sends, which the engine
+ * refuses (and then aborts). */
+static int refusing_add(void *user, const void *send, const size_t *send_bytes,
+                        const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                        const size_t *recv_offsets, float *sum, int64_t n, int dt)
+{
+    size_t spoiled[64];
+    if (add_calls++ != spoil_call || size > 64)
+        return engine_add(user, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets,
+                          sum, n, dt);
+    memcpy(spoiled, recv_bytes, (size_t)size * sizeof *spoiled);
+    spoiled[rank]++;
+    return engine_add(user, send, send_bytes, send_offsets, recv, spoiled, recv_offsets, sum, n,
+                      dt);
+}
+
+/* A rank whose overlapped exchange fails mid-backward (rank 1's third
+ * queued exchange is refused; its engine aborts): the step fails on every
+ * rank, rank 1 naming the refusal, the others after the stand-in's bounded
+ * wait (10 s here), and no rank hangs. A communicator of its own, made on
+ * ctx, serves it (it ends aborted). */
+static void test_overlap_failure(const char *dir, llmt_context *ctx)
+{
+    setenv("LLMT_FAKE_NCCL_TIMEOUT_S", "10", 1);
+    uint8_t id[LLMT_COMM_NCCL_ID_BYTES];
+    shared_unique_id(ctx, id);
+    llmt_comm *comm = NULL, *shared = device_comm;
+    must(llmt_comm_create_nccl(&comm, ctx, id, rank, size), "a communicator for the failure");
+    device_comm = comm;
+    run r;
+    run_open(&r, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    engine_add = comm->alltoallv_add;
+    comm->alltoallv_add = refusing_add;
+    add_calls = 0;
+    spoil_call = rank == 1 ? 2 : -1;
+    llmt_step_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.version = LLMT_STEP_REPORT_VERSION;
+    const double start = MPI_Wtime();
+    int rc = llmt_trainer_step(r.tr, &rep);
+    const double took = MPI_Wtime() - start;
+    EXPECT(rc != LLMT_OK && llmt_error_last()[0], "rank %d: the step did not fail (status %d)",
+           rank, rc);
+    if (rank == 1)
+        EXPECT(strstr(llmt_error_last(), "sends itself") != NULL, "rank 1: the refusal is not "
+               "named: \"%s\"", llmt_error_last());
+    EXPECT(took < 60.0, "rank %d: the failed step took %.0f s", rank, took);
+    printf("rank %d's failure: %s\n", rank, llmt_error_last());
+    if (rank == 1)
+        EXPECT(add_calls == 3, "rank 1: %lld exchanges queued, 3 expected (none after the "
+               "refused one)", (long long)add_calls);
+    run_close(&r);
+    comm->alltoallv_add = engine_add;
+    spoil_call = -1;
+    llmt_comm_free(comm);
+    device_comm = shared;
+    unsetenv("LLMT_FAKE_NCCL_TIMEOUT_S");
+    if (rank == 0)
+        printf("overlapped exchange refused on rank 1 (emulated CUDA, NCCL engine): every rank "
+               "failed in %.0f s\n", took);
+}
+
 /* Whether a "saving synchronously" line was logged (user: an int). */
 static void note_sync(void *user, const char *line)
 {
@@ -457,6 +527,7 @@ int main(int argc, char **argv)
     test_precision(dir, LLMT_PRECISION_BF16_MIXED, "bf16_mixed", nccl);
     test_overlap(dir, nccl);
     test_resume(dir, nccl);
+    test_overlap_failure(dir, nccl_ctx);
 
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

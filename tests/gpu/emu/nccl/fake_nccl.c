@@ -6,7 +6,9 @@
  * memory is host memory, so every call does its work before it returns
  * (streams are ignored) and no error is ever asynchronous. Where MPI is not
  * initialised (llmt-train --data-parallel as one process) it makes
- * communicators of one rank only. One thread at a time calls it. */
+ * communicators of one rank only. A call not done within GROUP_TIMEOUT_S
+ * seconds (ranks whose calls are out of step) fails and breaks the communicator,
+ * instead of hanging. One thread at a time calls it. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <mpi.h>
@@ -21,11 +23,21 @@
 struct ncclComm {
     MPI_Comm mpi; /* a duplicate of MPI_COMM_WORLD; MPI_COMM_NULL: one rank without MPI */
     int rank, nranks;
+    int broken; /* a call timed out: its messages may still arrive, so every later one fails */
 };
 
-/* Seconds a group's sends and recvs may take before ncclGroupEnd fails
- * (a mismatched order of calls between ranks would otherwise hang). */
+/* Seconds a group's sends and recvs, or a collective, may take before the
+ * call fails (a mismatched order of calls between ranks would otherwise
+ * hang); LLMT_FAKE_NCCL_TIMEOUT_S (seconds, > 0) replaces it, for tests of
+ * failures. */
 #define GROUP_TIMEOUT_S 120
+
+static double timeout_s(void)
+{
+    const char *v = getenv("LLMT_FAKE_NCCL_TIMEOUT_S");
+    double t = v ? atof(v) : 0.0;
+    return t > 0.0 ? t : GROUP_TIMEOUT_S;
+}
 
 /* An ncclSend or ncclRecv waiting for the end of its group. */
 typedef struct p2p {
@@ -232,14 +244,15 @@ static ncclResult_t run_alone(void)
     }
 }
 
-/* Waits for the posted requests for at most GROUP_TIMEOUT_S seconds;
+/* Waits for the posted requests for at most timeout_s() seconds;
  * *done says whether they finished (their statuses filled). */
 static int wait_bounded(int n, MPI_Request *req, MPI_Status *st, int *done)
 {
     const double start = MPI_Wtime();
     int err = MPI_SUCCESS;
     *done = 0;
-    while (err == MPI_SUCCESS && !*done && MPI_Wtime() - start < GROUP_TIMEOUT_S)
+    const double limit = timeout_s();
+    while (err == MPI_SUCCESS && !*done && MPI_Wtime() - start < limit)
         err = MPI_Testall(n, req, done, st);
     return err;
 }
@@ -272,11 +285,19 @@ static ncclResult_t run_mpi(ncclComm_t c)
     if (err == MPI_SUCCESS)
         err = wait_bounded((int)posted, req, st, &done);
     ncclResult_t r = ncclSuccess;
+    if (err != MPI_SUCCESS || !done) {
+        c->broken = 1;
+        for (size_t i = 0; i < posted; i++)
+            if (req[i] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&req[i]);
+                MPI_Request_free(&req[i]);
+            }
+    }
     if (err != MPI_SUCCESS)
         r = mpi_failed("MPI_Isend/MPI_Irecv/MPI_Testall", err);
     else if (!done)
         r = fail(ncclRemoteError, "ncclGroupEnd: rank %d's %zu sends and recvs not done after "
-                 "%d s (the ranks' calls out of step?)", c->rank, posted, GROUP_TIMEOUT_S);
+                 "%g s (the ranks' calls out of step?)", c->rank, posted, timeout_s());
     for (size_t i = 0; i < posted && r == ncclSuccess; i++) {
         int got = 0;
         if (pending[i].is_send || MPI_Get_count(&st[i], MPI_BYTE, &got) != MPI_SUCCESS ||
@@ -328,6 +349,8 @@ static ncclResult_t enqueue(const char *call, int is_send, void *buf, size_t cou
         return r;
     if (!comm || (count && !buf))
         return fail(ncclInvalidArgument, "%s: %s is NULL", call, comm ? "the buffer" : "comm");
+    if (comm->broken)
+        return fail(ncclRemoteError, "%s: an earlier call timed out on this communicator", call);
     if (peer < 0 || peer >= comm->nranks)
         return fail(ncclInvalidArgument, "%s: peer %d of %d ranks", call, peer, comm->nranks);
     if (count > (size_t)INT_MAX / es)
@@ -358,6 +381,26 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
     return enqueue("ncclRecv", 0, recvbuff, count, datatype, peer, comm);
 }
 
+/* Waits (bounded, as a group) for a collective started with status err;
+ * one not done in time breaks the communicator (it cannot be cancelled). */
+static ncclResult_t collective_done(ncclComm_t comm, const char *call, int err, MPI_Request *req)
+{
+    int done = 0;
+    MPI_Status st;
+    if (err == MPI_SUCCESS)
+        err = wait_bounded(1, req, &st, &done);
+    if (err != MPI_SUCCESS) {
+        comm->broken = 1;
+        return mpi_failed(call, err);
+    }
+    if (!done) {
+        comm->broken = 1;
+        return fail(ncclRemoteError, "%s: rank %d not done after %g s (the ranks' calls out of "
+                    "step?)", call, comm->rank, timeout_s());
+    }
+    return ncclSuccess;
+}
+
 /* The checks of a collective: comm, the buffers, the count, and no open
  * group (this stand-in runs collectives at once). Bytes in *bytes. */
 static ncclResult_t collective_args(const char *call, const void *sendbuff, const void *recvbuff,
@@ -370,6 +413,8 @@ static ncclResult_t collective_args(const char *call, const void *sendbuff, cons
         return r;
     if (!comm || (count && (!sendbuff || !recvbuff)))
         return fail(ncclInvalidArgument, "%s: %s is NULL", call, comm ? "a buffer" : "comm");
+    if (comm->broken)
+        return fail(ncclRemoteError, "%s: an earlier call timed out on this communicator", call);
     if (count > (size_t)INT_MAX / es)
         return fail(ncclInvalidArgument, "%s: %zu elements pass MPI's int count", call, count);
     if (group_depth)
@@ -394,8 +439,9 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
         memmove(recvbuff, sendbuff, bytes);
     if (comm->mpi == MPI_COMM_NULL)
         return ncclSuccess;
-    int err = MPI_Bcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mpi);
-    return err == MPI_SUCCESS ? ncclSuccess : mpi_failed("MPI_Bcast", err);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int err = MPI_Ibcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mpi, &req);
+    return collective_done(comm, "ncclBroadcast", err, &req);
 }
 
 /* int64 sums and maxima: what the engine reduces. */
@@ -417,7 +463,9 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
             memmove(recvbuff, sendbuff, bytes);
         return ncclSuccess;
     }
-    int err = MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count,
-                            MPI_INT64_T, op == ncclSum ? MPI_SUM : MPI_MAX, comm->mpi);
-    return err == MPI_SUCCESS ? ncclSuccess : mpi_failed("MPI_Allreduce", err);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int err = MPI_Iallreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff,
+                             (int)count, MPI_INT64_T, op == ncclSum ? MPI_SUM : MPI_MAX,
+                             comm->mpi, &req);
+    return collective_done(comm, "ncclAllReduce", err, &req);
 }
