@@ -261,16 +261,14 @@ int llmt_comm_check_same(llmt_comm *c, const char *what, uint64_t value)
     return rc;
 }
 
-/* A rank that failed (status, its message own) and could not tell the
- * others (the agreement's collective failed too): its own failure first. */
-static int own_failure(const llmt_comm *c, int status, const char *own)
+/* A rank that failed (its message own) and could not tell the others: the
+ * agreement's failure (status rc, a communication error), with this rank's
+ * own failure after it, which it would otherwise lose. */
+static int own_failure(int rc, const char *own)
 {
-    char agreement[AGREE_MESSAGE_BYTES], mine[24];
+    char agreement[AGREE_MESSAGE_BYTES];
     snprintf(agreement, sizeof agreement, "%s", llmt_error_last());
-    snprintf(mine, sizeof mine, "rank %d:", c->ops.rank);
-    int named = strncmp(own, mine, strlen(mine)) == 0;
-    return llmt_fail(status, "%s%s%s (and telling the other ranks failed: %s)", named ? "" : mine,
-                     named ? "" : " ", own, agreement);
+    return llmt_fail(rc, "%s (this rank had failed before: %s)", agreement, own);
 }
 
 int llmt_comm_agree_code(llmt_comm *c, int status, int *failed_status)
@@ -290,13 +288,13 @@ int llmt_comm_agree_code(llmt_comm *c, int status, int *failed_status)
     int64_t flag = status ? n - c->ops.rank : 0;
     int rc = llmt_comm_allreduce_i64(c, what, &flag, 1, LLMT_COMM_MAX);
     if (rc)
-        return status ? own_failure(c, status, failure.text) : rc;
+        return status ? own_failure(rc, failure.text) : rc;
     if (!flag)
         return LLMT_OK;
     int32_t failed = n - (int32_t)flag;
     rc = llmt_comm_broadcast(c, what, &failure, sizeof failure, failed);
     if (rc)
-        return status ? own_failure(c, status, failure.text) : rc;
+        return status ? own_failure(rc, failure.text) : rc;
     *failed_status = failure.status;
     /* A rank that failed itself keeps its own status; its message gains its rank. */
     if (status) {
