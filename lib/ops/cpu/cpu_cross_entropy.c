@@ -21,8 +21,9 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
 
-/* Scratch layout, in order: logits [chunk, vocab] f32; row losses [chunk]
- * f64; for 16-bit only: head [vocab, d], head gradient [vocab, d], h rows
+/* Scratch layout, in order: row losses [chunk] f64 (first, so they are
+ * 8-byte aligned whatever the vocabulary); logits [chunk, vocab] f32; for
+ * 16-bit only: head [vocab, d], head gradient [vocab, d], h rows
  * [chunk, d] and dh rows [chunk, d], all f32. The native path uses only the
  * head gradient of these; they are planned whatever the CPU, so that a
  * model's memory plan does not depend on the machine it is made on. */
@@ -123,12 +124,12 @@ int llmt_cpu_lm_head_ce(llmt_device *dev, const llmt_ce_args *a)
     const int dt = a->dt, wide = dt == LLMT_DTYPE_F32;
     const int native = !wide && llmt_cpu_gemm_native(dev, dt);
     const int want_grad = a->want_grad && a->targets;
-    float *logits = a->scratch;
-    double *row_loss = (double *)(logits + a->chunk * a->vocab);
+    double *row_loss = a->scratch;
+    float *logits = (float *)(row_loss + a->chunk);
     float *w = (float *)a->w, *dw = a->dw;
     float *h_rows = NULL, *dh_rows = NULL;
     if (!wide) {
-        w = (float *)(row_loss + a->chunk);
+        w = logits + a->chunk * a->vocab;
         dw = w + a->vocab * a->d;
         h_rows = dw + a->vocab * a->d;
         dh_rows = h_rows + a->chunk * a->d;
