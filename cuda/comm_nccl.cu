@@ -356,6 +356,26 @@ static int exchange(nccl_engine *e, const char *coll, const char *send, const si
     return nccl_call(e, coll, "ncclGroupEnd", end);
 }
 
+/* What alltoallv asks of this rank's own piece: that it send itself what
+ * it receives. */
+static int check_self(const nccl_engine *e, const char *coll, const size_t *sb, const size_t *rb)
+{
+    if (sb[e->rank] != rb[e->rank])
+        return engine_fail(e, coll, "this rank sends itself %zu bytes but receives %zu",
+                           sb[e->rank], rb[e->rank]);
+    return LLMT_OK;
+}
+
+/* alltoallv's work on device buffers: this rank's own piece copied, the
+ * others' sent and received (check_self passed). */
+static int all_to_all(nccl_engine *e, const char *coll, const char *send, const size_t *sb,
+                      const size_t *so, char *recv, const size_t *rb, const size_t *ro)
+{
+    const size_t own = rb[e->rank];
+    LLMT_NCCL_TRY(copy_self(e, coll, recv, ro[e->rank], own ? send + so[e->rank] : NULL, own));
+    return exchange(e, coll, send, sb, so, recv, rb, ro);
+}
+
 static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes,
                           const size_t *send_offsets, void *recv, const size_t *recv_bytes,
                           const size_t *recv_offsets)
@@ -363,17 +383,12 @@ static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes
     nccl_engine *e = (nccl_engine *)user;
     const char *coll = "alltoallv";
     LLMT_NCCL_TRY(begin_sync(e, coll));
-    if (send_bytes[e->rank] != recv_bytes[e->rank])
-        return engine_fail(e, coll, "this rank sends itself %zu bytes but receives %zu",
-                           send_bytes[e->rank], recv_bytes[e->rank]);
+    LLMT_NCCL_TRY(check_self(e, coll, send_bytes, recv_bytes));
     staging s = {send, recv, extent(send_bytes, send_offsets, e->size),
                  extent(recv_bytes, recv_offsets, e->size), NULL, NULL, 0};
     LLMT_NCCL_TRY(stage_in(e, coll, &s));
-    const size_t own = recv_bytes[e->rank];
-    LLMT_NCCL_TRY(copy_self(e, coll, s.drecv, recv_offsets[e->rank],
-                            own ? s.dsend + send_offsets[e->rank] : NULL, own));
-    LLMT_NCCL_TRY(exchange(e, coll, s.dsend, send_bytes, send_offsets, s.drecv, recv_bytes,
-                           recv_offsets));
+    LLMT_NCCL_TRY(all_to_all(e, coll, s.dsend, send_bytes, send_offsets, s.drecv, recv_bytes,
+                             recv_offsets));
     return finish(e, coll, &s);
 }
 
@@ -384,9 +399,7 @@ static int queue_exchange_add(nccl_engine *e, const char *coll, const void *send
                               const size_t *recv_bytes, const size_t *recv_offsets, float *sum,
                               int64_t n, int dt)
 {
-    if (send_bytes[e->rank] != recv_bytes[e->rank])
-        return engine_fail(e, coll, "this rank sends itself %zu bytes but receives %zu",
-                           send_bytes[e->rank], recv_bytes[e->rank]);
+    LLMT_NCCL_TRY(check_self(e, coll, send_bytes, recv_bytes));
     const size_t piece = (size_t)n * llmt_cuda_dt_size(dt);
     for (int32_t i = 0; i < e->size; i++)
         if (recv_bytes[i] && recv_bytes[i] != piece)
@@ -400,11 +413,8 @@ static int queue_exchange_add(nccl_engine *e, const char *coll, const void *send
     if (!direct)
         return engine_fail(e, coll, "a buffer is host memory (the overlapped exchange moves "
                            "device memory only)");
-    const size_t own = recv_bytes[e->rank];
-    LLMT_NCCL_TRY(copy_self(e, coll, (char *)recv, recv_offsets[e->rank],
-                            own ? (const char *)send + send_offsets[e->rank] : NULL, own));
-    LLMT_NCCL_TRY(exchange(e, coll, (const char *)send, send_bytes, send_offsets, (char *)recv,
-                           recv_bytes, recv_offsets));
+    LLMT_NCCL_TRY(all_to_all(e, coll, (const char *)send, send_bytes, send_offsets,
+                             (char *)recv, recv_bytes, recv_offsets));
     for (int32_t i = 0; i < e->size; i++)
         if (recv_bytes[i])
             LLMT_NCCL_TRY(llmt_cuda_accumulate_on(&e->cb->base, e->stream, sum,

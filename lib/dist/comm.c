@@ -30,19 +30,33 @@ static int check_counts(const llmt_comm *c, const char *what, const size_t *a, c
     return LLMT_OK;
 }
 
+/* The checks of an all-to-all's counts and offsets (check_counts). */
+static int check_alltoallv(const llmt_comm *c, const char *what, const size_t *send_bytes,
+                           const size_t *send_offsets, const size_t *recv_bytes,
+                           const size_t *recv_offsets)
+{
+    size_t n = (size_t)c->ops.size;
+    LLMT_TRY(check_counts(c, what, send_bytes, send_offsets, n));
+    return check_counts(c, what, recv_bytes, recv_offsets, n);
+}
+
+/* Adds an all-to-all's bytes to the other ranks to bytes_sent. */
+static void count_alltoallv(llmt_comm *c, const size_t *send_bytes)
+{
+    for (int32_t i = 0; i < c->ops.size; i++)
+        c->bytes_sent += i == c->ops.rank ? 0 : (int64_t)send_bytes[i];
+}
+
 int llmt_comm_alltoallv(llmt_comm *c, const char *what, const void *send, const size_t *send_bytes,
                         const size_t *send_offsets, void *recv, const size_t *recv_bytes,
                         const size_t *recv_offsets)
 {
-    size_t n = (size_t)c->ops.size;
-    LLMT_TRY(check_counts(c, what, send_bytes, send_offsets, n));
-    LLMT_TRY(check_counts(c, what, recv_bytes, recv_offsets, n));
+    LLMT_TRY(check_alltoallv(c, what, send_bytes, send_offsets, recv_bytes, recv_offsets));
     int st = c->ops.alltoallv(c->ops.user, send, send_bytes, send_offsets, recv, recv_bytes,
                               recv_offsets);
     if (st)
         return engine_failed(c, what, st);
-    for (size_t i = 0; i < n; i++)
-        c->bytes_sent += i == (size_t)c->ops.rank ? 0 : (int64_t)send_bytes[i];
+    count_alltoallv(c, send_bytes);
     return LLMT_OK;
 }
 
@@ -51,15 +65,12 @@ int llmt_comm_alltoallv_add(llmt_comm *c, const char *what, const void *send,
                             const size_t *recv_bytes, const size_t *recv_offsets, float *sum,
                             int64_t n, int dt)
 {
-    size_t size = (size_t)c->ops.size;
-    LLMT_TRY(check_counts(c, what, send_bytes, send_offsets, size));
-    LLMT_TRY(check_counts(c, what, recv_bytes, recv_offsets, size));
+    LLMT_TRY(check_alltoallv(c, what, send_bytes, send_offsets, recv_bytes, recv_offsets));
     int st = c->alltoallv_add(c->ops.user, send, send_bytes, send_offsets, recv, recv_bytes,
                               recv_offsets, sum, n, dt);
     if (st)
         return engine_failed(c, what, st);
-    for (size_t i = 0; i < size; i++)
-        c->bytes_sent += i == (size_t)c->ops.rank ? 0 : (int64_t)send_bytes[i];
+    count_alltoallv(c, send_bytes);
     return LLMT_OK;
 }
 
