@@ -219,6 +219,13 @@ static void test_gemm_failure_cpu(void **state)
     check_attention_gemm_failure();
 }
 
+/* A signal during a product is handled on the stack, not over the heap. */
+static void test_gemm_signals_cpu(void **state)
+{
+    (void)state;
+    check_gemm_signals();
+}
+
 /* Per-block gradient statistics. Both backends add exact double squares in
  * double (the CPU in 16 lanes, CUDA in a tree): well within 1e-12. */
 static void test_grad_stats_blocks_cpu(void **state)
@@ -445,6 +452,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_adamw_cpu),
         cmocka_unit_test(test_adamw_cpu_bits),
         cmocka_unit_test(test_gemm_failure_cpu),
+        cmocka_unit_test(test_gemm_signals_cpu),
     };
     const struct CMUnitTest cuda_tests[] = {
         cmocka_unit_test(test_gemm_cuda),

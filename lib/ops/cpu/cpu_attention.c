@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cpu_signals.h"
 
 #define ATTN_QB 64
 
@@ -207,6 +208,7 @@ int llmt_cpu_attention_fwd(llmt_device *dev, void *out, void *probs, const void 
     region_error failed = {LLMT_OK, ""};
 #pragma omp parallel num_threads(threads_for(dev, tasks * T * T * hd / 64))
     {
+        llmt_cpu_signals_hold(); /* many products: once for them all */
         float *mine = (float *)scratch + per_thread_floats(T, hd) * (size_t)omp_get_thread_num();
         float *pblk = mine, *cq = mine + 2 * ATTN_QB * T, *ck = cq + T * hd, *cv = ck + T * hd,
               *co = cv + T * hd;
@@ -231,6 +233,7 @@ int llmt_cpu_attention_fwd(llmt_device *dev, void *out, void *probs, const void 
             }
             store_slice(o_dst, H * hd, o, T, hd, dt);
         }
+        llmt_cpu_signals_release();
     }
     return region_status(&failed);
 }
@@ -263,6 +266,7 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
     region_error failed = {LLMT_OK, ""};
 #pragma omp parallel num_threads(threads_for(dev, a->batch * H * T * T * hd / 64))
     {
+        llmt_cpu_signals_hold(); /* many products: once for them all */
         float *mine = (float *)scratch + per_thread_floats(T, hd) * (size_t)omp_get_thread_num();
         float *ds = mine, *pblk = mine + ATTN_QB * T;
         float *cq = mine + 2 * ATTN_QB * T, *ck = cq + T * hd, *cv = ck + T * hd,
@@ -325,6 +329,7 @@ int llmt_cpu_attention_bwd(llmt_device *dev, void *dqkv, const void *dout, const
             store_slice(dk_dst, hp0.ld, dk, T, hd, dt);
             store_slice(dv_dst, hp0.ld, dv, T, hd, dt);
         }
+        llmt_cpu_signals_release();
     }
     return region_status(&failed);
 }

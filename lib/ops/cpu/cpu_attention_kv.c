@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cpu_signals.h"
 
 #define KV_QB 64
 
@@ -87,6 +88,7 @@ int llmt_cpu_attention_kv_fwd(llmt_device *dev, void *out, const void *q, const 
     char message[512] = "";
 #pragma omp parallel num_threads(threads_for(dev, H * m * t * hd / 64))
     {
+        llmt_cpu_signals_hold(); /* many products: once for them all */
         float *pblk = (float *)scratch + per_thread_floats(t, hd) * (size_t)omp_get_thread_num();
         float *ck = pblk + KV_QB * t, *cv = ck + t * hd, *cq = cv + t * hd, *co = cq + t * hd;
 #pragma omp for schedule(static)
@@ -116,6 +118,7 @@ int llmt_cpu_attention_kv_fwd(llmt_device *dev, void *out, const void *q, const 
                             put(out, dt, row0 + r * H * hd + i, co[r * hd + i]);
             }
         }
+        llmt_cpu_signals_release();
     }
     return failed == LLMT_OK ? LLMT_OK : llmt_fail(failed, "cpu attention (kv cache): %s", message);
 }

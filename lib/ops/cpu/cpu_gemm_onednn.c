@@ -8,7 +8,8 @@
  * primitive on the calling thread's OpenMP team: the thread count is set
  * around creation and execution. The primitive's kernel blocking, hence the
  * order of every sum, is a function of the key alone, so the same product
- * with the same thread count gives the same bits run to run. */
+ * with the same thread count gives the same bits run to run. Signals are
+ * held while a primitive runs (run_held, cpu_signals.h). */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cpu_signals.h"
 
 /* Distinct products a training step makes: 3 per linear layer kind (4), the
  * LM head's 3 (and a shorter last chunk); attention's per-thread state sees
@@ -222,6 +224,21 @@ static int entry_for(llmt_onednn *d, const gemm_key *k, gemm_entry **out)
     return LLMT_OK;
 }
 
+/* Runs e's primitive (operands bound) on `threads` threads and waits for it,
+ * with asynchronous signals held on every thread that runs it
+ * (cpu_signals.h: oneDNN 2.6's kernels may run on a heap stack). */
+static dnnl_status_t run_held(llmt_onednn *d, gemm_entry *e, int threads,
+                              const dnnl_exec_arg_t *args)
+{
+    llmt_cpu_signals_hold_workers(threads);
+    llmt_cpu_signals_hold();
+    dnnl_status_t st = dnnl_primitive_execute(e->prim, d->stream, e->scratch ? 4 : 3, args);
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(d->stream);
+    llmt_cpu_signals_release();
+    return st;
+}
+
 int llmt_onednn_gemm(llmt_onednn *d, int threads, int trans_a, int trans_b, int64_t m, int64_t n,
                      int64_t k, float alpha, const void *a, int64_t lda, const void *b,
                      int64_t ldb, float beta, void *c, int64_t ldc, int dt, int c_dt)
@@ -261,10 +278,8 @@ int llmt_onednn_gemm(llmt_onednn *d, int threads, int trans_a, int trans_b, int6
                                    {DNNL_ARG_SCRATCHPAD, e->scratch}};
         if (st == dnnl_success) {
             what = "matmul execution";
-            st = dnnl_primitive_execute(e->prim, d->stream, e->scratch ? 4 : 3, args);
+            st = run_held(d, e, threads, args);
         }
-        if (st == dnnl_success)
-            st = dnnl_stream_wait(d->stream);
     }
     omp_set_num_threads(saved_threads);
     if (rc != LLMT_OK)

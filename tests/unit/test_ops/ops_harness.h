@@ -126,5 +126,9 @@ void check_attention_gemm_failure(void);
  * when native (tests/unit/test_ops/ops_gemm_fault.c). */
 void check_ce_native_products(int native);
 void check_attention_native_products(int native);
+/* Signals handled while the CPU's products run stay on the handling
+ * thread's stack, and the products stay right
+ * (tests/unit/test_ops/ops_gemm_signal.c). */
+void check_gemm_signals(void);
 
 #endif
