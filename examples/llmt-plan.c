@@ -12,11 +12,12 @@
  * made and no device is opened (a CUDA plan needs the CUDA plugin, not a
  * GPU). With --world N the bytes are one rank's of a data-parallel run with
  * the ZeRO-1 sharded optimizer (the largest rank, or --rank). With --offload
- * optimizer the AdamW state (of the first --offload-layers) is planned in
- * host memory, with --offload optimizer+grads their gradients too: the peak
- * column is device bytes, the host column host bytes (llmt_plan's
- * host_peak). Exit status:
- * 0, 1 when planning fails or nothing fits --budget, 2 for a usage error. */
+ * optimizer the AdamW state (of the first --offload-layers; with --world,
+ * of the part of the rank's range among them) is planned in host memory,
+ * with --offload optimizer+grads their gradients too (not with --world):
+ * the peak column is device bytes, the host column host bytes (llmt_plan's
+ * host_peak). Exit status: 0, 1 when planning fails or nothing fits
+ * --budget, 2 for a usage error. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,7 +88,9 @@ static void usage(FILE *f)
             "                     memory, or optimizer+grads: their gradients too (the\n"
             "                     device keeps one layer's at a time); with --budget,\n"
             "                     offload joins the fit's ladder after recompute, before\n"
-            "                     the micro-batch halves\n"
+            "                     the micro-batch halves; with --world, optimizer only\n"
+            "                     (each rank offloads the part of its range in the\n"
+            "                     offloaded layers)\n"
             "  --offload-layers L with --offload optimizer or optimizer+grads: all\n"
             "                     (default) or K, 0..layers: the embedding and layers\n"
             "                     0..K-1 only\n"
@@ -163,9 +166,11 @@ static int print_table(int32_t backend, int32_t threads, llmt_plan_config pc, in
     return 0;
 }
 
-/* Prints which rank of how many the plans are for, and the range of the
- * parameters whose optimizer state it holds; returns 0 or 1 after printing
- * the library's error. */
+/* Prints which rank of how many the plans are for, the range of the
+ * parameters whose optimizer state it holds and, with offload, the part of
+ * it whose state is in host memory: the elements its OPTIMIZER bytes lose
+ * against the same rank without offload (both keep the same bytes per
+ * element). Returns 0 or 1 after printing the library's error. */
 static int print_world(int32_t backend, int32_t threads, const llmt_plan_config *pc)
 {
     llmt_plan p = LLMT_PLAN_INIT;
@@ -173,10 +178,27 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
         fprintf(stderr, PROG ": %s\n", llmt_error_last());
         return 1;
     }
+    const int64_t first = p.shard_first, end = p.shard_end, owned = end - first;
     printf("per rank, %d ranks (ZeRO-1): rank %d%s holds AdamW state for parameters [%lld, "
            "%lld) (%lld)\n", pc->world_size, p.rank, pc->rank < 0 ? ", the largest," : "",
-           (long long)p.shard_first, (long long)p.shard_end,
-           (long long)(p.shard_end - p.shard_first));
+           (long long)first, (long long)end, (long long)owned);
+    if (pc->offload_parts == LLMT_OFFLOAD_NONE)
+        return 0;
+    llmt_plan_config unplaced = *pc;
+    unplaced.offload_parts = LLMT_OFFLOAD_NONE;
+    unplaced.rank = p.rank;
+    llmt_plan whole = LLMT_PLAN_INIT;
+    if (llmt_plan_compute_backend(backend, threads, &unplaced, &whole)) {
+        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+        return 1;
+    }
+    const uint64_t all = whole.bytes[LLMT_MEM_OPTIMIZER], kept = p.bytes[LLMT_MEM_OPTIMIZER];
+    const uint64_t per_param = owned ? all / (uint64_t)owned : 0;
+    const int64_t split = first + (per_param ? (int64_t)((all - kept) / per_param) : 0);
+    printf("offloaded on rank %d: the state of [%lld, %lld) (%lld) in host memory, of [%lld, "
+           "%lld) (%lld) on the device\n", p.rank, (long long)first, (long long)split,
+           (long long)(split - first), (long long)split, (long long)end,
+           (long long)(end - split));
     return 0;
 }
 

@@ -108,7 +108,9 @@ typedef enum llmt_reduce_mode {
  * what differs). comm must outlive the optimizer. Errors as
  * llmt_optimizer_create, and LLMT_EUNSUPPORTED when comm does not move
  * the memory the model is in (a CUDA model needs an NCCL communicator,
- * llmt_comm_create_nccl; a CPU model a host one) or cfg asks for offload. */
+ * llmt_comm_create_nccl; a CPU model a host one) or cfg asks for gradient
+ * offload (LLMT_OFFLOAD_GRADS). cfg's LLMT_OFFLOAD_OPTIMIZER offloads the
+ * part of this rank's range inside the prefix (llmt_optimizer_set_offload). */
 LLMT_API int llmt_optimizer_create_sharded(llmt_optimizer **out, llmt_model *model,
                                            const llmt_optimizer_config *cfg, llmt_comm *comm,
                                            int32_t reduce_mode);
@@ -139,9 +141,12 @@ LLMT_API void llmt_optimizer_free(llmt_optimizer *opt);
  * between steps; the new buffers are allocated and filled before the old
  * ones are freed, so on any failure (LLMT_ENOMEM naming the budget or host
  * budget) the placement, state and gradients are as they were. Errors:
- * LLMT_EINVAL naming the argument, LLMT_ENOMEM, LLMT_EUNSUPPORTED for a
- * sharded optimizer (not built in this stage) or, with gradients, a backend
- * without per-granule gradient statistics. */
+ * LLMT_EINVAL naming the argument, LLMT_ENOMEM, LLMT_EUNSUPPORTED for
+ * gradients with a sharded optimizer or a backend without per-granule
+ * gradient statistics. A sharded optimizer offloads the state of the part
+ * of its range inside the prefix (none when its range lies past it); each
+ * rank places its own (not collective), and the results are bitwise the
+ * same whatever each chose. */
 LLMT_API int llmt_optimizer_set_offload(llmt_optimizer *opt, int32_t parts, int32_t layers);
 
 /* The placement set by the config or llmt_optimizer_set_offload: *layers is

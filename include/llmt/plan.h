@@ -41,11 +41,11 @@ typedef struct llmt_plan_config {
                                      gradient sum, 4 bytes a parameter, when batch_size >
                                      micro_batch); counted only with world_size 0 */
     /* version 3: the optimizer's placement (llmt_optimizer_set_offload); needs
-       with_optimizer = 1 and world_size 0 unless offload_parts is NONE */
+       with_optimizer = 1 unless offload_parts is NONE */
     int32_t offload_parts;     /* llmt_offload_part: LLMT_OFFLOAD_NONE (default),
                                   LLMT_OFFLOAD_OPTIMIZER, or that | LLMT_OFFLOAD_GRADS
-                                  (not with ordered_accumulation over several
-                                  micro-batches) */
+                                  (world_size 0 only, and not with
+                                  ordered_accumulation over several micro-batches) */
     int32_t offload_layers;    /* LLMT_OFFLOAD_ALL_LAYERS (default) or 0..num_layers */
 } llmt_plan_config;
 
@@ -86,13 +86,14 @@ typedef struct llmt_plan {
  * cfg->offload_parts = LLMT_OFFLOAD_OPTIMIZER the state of the prefix chosen
  * by cfg->offload_layers is in HOST_STATE (with, on a backend whose memory
  * the host cannot read, two transfer staging buffers) and only the rest in
- * OPTIMIZER; with LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS the gradients
+ * OPTIMIZER (with world_size, the part of the rank's range inside the
+ * prefix); with LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS the gradients
  * of that prefix, up to its last whole 4096-element granule, are in
  * HOST_STATE too and GRADS holds the rest and one device bucket (the
  * largest offloaded layer, embedding or tail). out->host_peak is the
  * HOST_STATE bytes. Errors: LLMT_EINVAL naming the field, LLMT_EVERSION,
- * LLMT_EUNSUPPORTED for offload with world_size (a sharded optimizer does
- * not offload in this stage), for gradient offload with ordered
+ * LLMT_EUNSUPPORTED for gradient offload with world_size (a sharded
+ * optimizer offloads its state only), for gradient offload with ordered
  * accumulation over several micro-batches, or on a backend without the
  * per-granule gradient norm. */
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,

@@ -10,16 +10,21 @@
 #include "model/model_internal.h"
 
 /* Where one tensor's bytes are: the model whose backend holds them, and the
- * device address of the tensor's first byte. */
+ * device address of the tensor's first byte; or, for a tensor stored in two
+ * segments (an offloaded optimizer's state section), its first host_bytes
+ * in host memory at host and the rest on the device from base. */
 typedef struct llmt_ckpt_device_src {
     const llmt_model *m;
     const char *base;
+    const char *host; /* NULL: no host segment (host_bytes 0) */
+    size_t host_bytes;
 } llmt_ckpt_device_src;
 
 /* llmt_st_fill_fn: user is an array of llmt_ckpt_device_src indexed by
  * tensor index (entry ti describes tensor ti); copies bytes [off, off +
- * bytes) of that tensor from the device into dst (ops->copy_to_host). Runs
- * on the thread that writes the file. */
+ * bytes) of that tensor into dst: those of its host segment with memcpy,
+ * the others from the device (ops->copy_to_host). Runs on the thread that
+ * writes the file. */
 int llmt_ckpt_fill_from_device(void *user, size_t ti, size_t off, void *dst, size_t bytes);
 
 #endif

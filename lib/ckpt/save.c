@@ -50,7 +50,7 @@ static int build_tensors(const llmt_model *m, int sections, const char *const *b
             } else {
                 x->fill = llmt_ckpt_fill_from_device;
                 x->user = src;
-                src[sec * m->n_params + i] = (llmt_ckpt_device_src){m, at};
+                src[sec * m->n_params + i] = (llmt_ckpt_device_src){.m = m, .base = at};
             }
         }
     return LLMT_OK;

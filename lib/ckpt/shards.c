@@ -62,12 +62,13 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
     llmt_ckpt_device_src src[3];
     memset(t, 0, sizeof t);
     int n = sections_of(o);
-    /* Whole in m, v and master: a sharded optimizer is never offloaded, and
-     * an async save's staged copy holds both segments there (split = first).
-     * Those are the backend's memory: read in place where it is host memory,
-     * else copied from the device as the file is written (an async save
-     * stages host copies only on backends whose memory is host memory:
-     * lib/train/dist_ckpt_async.c). */
+    /* Each section is its host segment [first, split) (an offloaded
+     * optimizer's; an async save's staged copy has none: split = first),
+     * then its device segment [split, end) in the backend's memory: read in
+     * place where that is host memory and there is one segment, else
+     * through the fill, which copies from the device as the file is written
+     * (an async save stages host copies only on backends whose memory is
+     * host memory: lib/train/dist_ckpt_async.c). */
     const int on_host = o->model->ops->host_memory;
     for (int sec = 0; sec < n; sec++) {
         const llmt_buf *host, *b;
@@ -76,10 +77,11 @@ int llmt_ckpt_shard_write(const char *dir, const llmt_optimizer *o, int32_t rank
         t[sec].dtype = section_dtype(o, sec);
         t[sec].ndim = 1;
         t[sec].shape[0] = (uint64_t)(o->end - o->first);
-        if (on_host || !b->ptr) {
+        if (!host->bytes && (on_host || !b->ptr)) {
             t[sec].data = b->ptr ? b->ptr : &empty;
         } else {
-            src[sec] = (llmt_ckpt_device_src){o->model, b->ptr};
+            src[sec] = (llmt_ckpt_device_src){.m = o->model, .base = b->ptr, .host = host->ptr,
+                                              .host_bytes = host->bytes};
             t[sec].fill = llmt_ckpt_fill_from_device;
             t[sec].user = src;
         }

@@ -81,10 +81,9 @@ static int check_offload_fields(const llmt_plan_config *c, const char *fn)
     if (c->offload_parts != LLMT_OFFLOAD_NONE && !c->with_optimizer)
         return llmt_fail(LLMT_EINVAL, "%s: cfg->offload_parts = %d needs cfg->with_optimizer = 1 "
                          "(it places the optimizer's state)", fn, c->offload_parts);
-    if (c->offload_parts != LLMT_OFFLOAD_NONE && c->world_size > 0)
-        return llmt_fail(LLMT_EUNSUPPORTED, "%s: cfg->offload_parts = %d with cfg->world_size = "
-                         "%d: offload of a sharded optimizer is not built in this stage", fn,
-                         c->offload_parts, c->world_size);
+    if (c->world_size > 0)
+        LLMT_TRY(llmt_offload_check_sharded(fn, "cfg->offload_parts (with cfg->world_size)",
+                                            c->offload_parts));
     /* The slicer refuses to sum micro-batches in order into offloaded
      * gradients (and the ordered sum is what extra_grads counts). */
     int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
@@ -162,35 +161,55 @@ static int upgrade_plan_config(const llmt_plan_config *in, llmt_plan_config *out
     return check_plan_config(out, fn);
 }
 
-/* What a sharded optimizer allocates on one rank (llmt_optimizer_create_sharded):
- * moments and master weights for its range, the owner's gradient sum (fp32)
+/* What an optimizer owning [first, end) allocates: its state's device
+ * segment [split, end) (OPTIMIZER) and host segment [first, split) with its
+ * staging (HOST_STATE), split being the offloaded prefix's end clamped to
+ * the range (llmt_offload_split's rule), and for one rank of a sharded
+ * optimizer (llmt_optimizer_create_sharded) the owner's gradient sum (fp32)
  * and the exchange receive buffer. */
 typedef struct shard_bytes {
     int64_t first, end;
-    uint64_t optimizer, grad_sum, recv;
+    uint64_t optimizer, host, grad_sum, recv;
 } shard_bytes;
 
-static void rank_shard_bytes(int precision, size_t elem, int64_t params, int32_t size,
-                             int32_t rank, shard_bytes *out)
+/* The state bytes of the range [out->first, out->end) with the offloaded
+ * prefix [0, prefix), into out's optimizer and host fields. */
+static void state_bytes(int precision, size_t elem, int64_t prefix, int host_memory,
+                        shard_bytes *out)
 {
-    size_t moment = 0, master = 0, grad_sum = 0, recv = 0;
-    llmt_shard_range(params, size, rank, &out->first, &out->end);
-    llmt_optimizer_sizes(precision, out->end - out->first, &moment, &master);
-    llmt_shard_buffer_sizes(params, size, rank, elem, &grad_sum, &recv);
+    int64_t split = prefix < out->first ? out->first : prefix > out->end ? out->end : prefix;
+    size_t moment = 0, master = 0, host_moment = 0, host_master = 0;
+    llmt_optimizer_sizes(precision, out->end - split, &moment, &master);
+    llmt_optimizer_sizes(precision, split - out->first, &host_moment, &host_master);
     out->optimizer = 2 * (uint64_t)moment + master;
+    out->host = 2 * (uint64_t)host_moment + host_master +
+                llmt_offload_staging_bytes(host_memory, split - out->first, elem);
+}
+
+static void rank_shard_bytes(int precision, size_t elem, int64_t params, int64_t prefix,
+                             int host_memory, int32_t size, int32_t rank, shard_bytes *out)
+{
+    size_t grad_sum = 0, recv = 0;
+    llmt_shard_range(params, size, rank, &out->first, &out->end);
+    state_bytes(precision, elem, prefix, host_memory, out);
+    llmt_shard_buffer_sizes(params, size, rank, elem, &grad_sum, &recv);
     out->grad_sum = grad_sum;
     out->recv = recv;
 }
 
 /* The rank of c to plan, and its shard: c->rank, or the lowest rank whose
- * shard bytes are the largest (every other byte is the same on all ranks). */
-static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params, shard_bytes *out)
+ * shard's device bytes are the largest (every other device byte is the
+ * same on all ranks). */
+static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params, int64_t prefix,
+                         int host_memory, shard_bytes *out)
 {
     int32_t best = c->rank < 0 ? 0 : c->rank;
-    rank_shard_bytes(c->model.precision, elem, params, c->world_size, best, out);
+    rank_shard_bytes(c->model.precision, elem, params, prefix, host_memory, c->world_size, best,
+                     out);
     for (int32_t r = best + 1; c->rank < 0 && r < c->world_size; r++) {
         shard_bytes s;
-        rank_shard_bytes(c->model.precision, elem, params, c->world_size, r, &s);
+        rank_shard_bytes(c->model.precision, elem, params, prefix, host_memory, c->world_size, r,
+                         &s);
         if (s.optimizer + s.grad_sum + s.recv > out->optimizer + out->grad_sum + out->recv) {
             *out = s;
             best = r;
@@ -228,24 +247,16 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     if (rc)
         return rc;
     size_t e = llmt_dtype_size(llmt_precision_dtype(c->model.precision));
-    shard_bytes shard = {0, params, 0, 0, 0};
-    uint64_t host_state = 0;
+    shard_bytes shard = {0, params, 0, 0, 0, 0};
     out->rank = -1;
-    if (c->world_size > 0) {
-        out->rank = plan_rank(c, e, params, &shard);
-    } else if (c->with_optimizer) {
-        /* Offload (never with a communicator): the state of [0, split) is on
-         * the host, that of [split, params) on the device. */
-        size_t moment = 0, master = 0, host_moment = 0, host_master = 0;
-        llmt_optimizer_sizes(c->model.precision, params - split, &moment, &master);
-        llmt_optimizer_sizes(c->model.precision, split, &host_moment, &host_master);
-        shard.optimizer = 2 * (uint64_t)moment + master;
-        host_state = 2 * (uint64_t)host_moment + host_master +
-                     llmt_offload_staging_bytes(ops->host_memory, split, e);
-    }
-    /* Gradient offload: [0, grad_split) on the host, the rest and one
-     * bucket on the device (grad_split and bucket are 0 without it). */
-    host_state += (uint64_t)n.grad_split * e;
+    if (c->world_size > 0)
+        out->rank = plan_rank(c, e, params, split, ops->host_memory, &shard);
+    else if (c->with_optimizer)
+        state_bytes(c->model.precision, e, split, ops->host_memory, &shard);
+    /* Gradient offload (never with a communicator): [0, grad_split) on the
+     * host, the rest and one bucket on the device (grad_split and bucket
+     * are 0 without it). */
+    uint64_t host_state = shard.host + (uint64_t)n.grad_split * e;
     /* Without a communicator, an ordered slicer sums each micro-batch's
      * gradient into one more buffer, fp32 in every mode (slicer.c), when
      * the batch has more than one. */

@@ -39,6 +39,18 @@ int llmt_offload_check_parts(const char *fn, const char *name, int32_t parts)
     return LLMT_OK;
 }
 
+int llmt_offload_check_sharded(const char *fn, const char *name, int32_t parts)
+{
+    if (!(parts & LLMT_OFFLOAD_GRADS))
+        return LLMT_OK;
+    return llmt_fail(LLMT_EUNSUPPORTED,
+                     "%s: %s = %d on a sharded optimizer: gradient offload is not built for "
+                     "data parallel (every rank's whole gradient is exchanged from the device; "
+                     "the owner's summed range is already 1/N of them): use "
+                     "LLMT_OFFLOAD_OPTIMIZER",
+                     fn, name, parts);
+}
+
 int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t num_layers)
 {
     LLMT_TRY(llmt_offload_check_parts(fn, "parts", parts));
@@ -235,15 +247,20 @@ static chunk chunk_at(int64_t c, int64_t e, int64_t gs, int64_t limit)
 
 /* a's state pointers, gradients and weights for chunk ch where they are
  * stored (the staging replaces the device's on a backend the host cannot
- * read); element first + i of the host segment's buffers is at i. */
+ * read); element first + i of the host segment's buffers is at i. A
+ * sharded optimizer's gradients are its reduced sum (on the device, in the
+ * weight dtype by the time AdamW runs), element first + i at i. */
 static void chunk_args(const llmt_optimizer *o, llmt_adamw_args *a, chunk ch)
 {
     const llmt_model *m = o->model;
     size_t wb = llmt_dtype_size(m->dt), sb = llmt_dtype_size(o->state_dt);
     int64_t i = ch.c - o->first;
     a->n = ch.k;
-    a->g = ch.host_g ? (const char *)m->host_grads.ptr + (size_t)ch.c * wb
-                     : (const char *)m->grads.ptr + (size_t)(ch.c - m->grad_split) * wb;
+    if (o->comm)
+        a->g = (const char *)o->grad_sum.ptr + (size_t)i * wb;
+    else
+        a->g = ch.host_g ? (const char *)m->host_grads.ptr + (size_t)ch.c * wb
+                         : (const char *)m->grads.ptr + (size_t)(ch.c - m->grad_split) * wb;
     a->m = (char *)o->hm.ptr + (size_t)i * sb;
     a->v = (char *)o->hv.ptr + (size_t)i * sb;
     a->master = o->has_master ? (float *)o->hmaster.ptr + i : NULL;
@@ -473,11 +490,8 @@ int llmt_optimizer_set_offload(llmt_optimizer *o, int32_t parts, int32_t layers)
     if (!o)
         return llmt_fail(LLMT_EINVAL, "%s: opt is NULL", fn);
     LLMT_TRY(llmt_offload_check(fn, parts, layers, o->model->dims.layers));
-    if (o->comm && parts != LLMT_OFFLOAD_NONE)
-        return llmt_fail(LLMT_EUNSUPPORTED,
-                         "%s: parts = %d on a sharded optimizer: offload of a sharded optimizer "
-                         "is not built yet",
-                         fn, parts);
+    if (o->comm)
+        LLMT_TRY(llmt_offload_check_sharded(fn, "parts", parts));
     LLMT_TRY(llmt_offload_check_backend(o, fn, parts));
     if (parts == LLMT_OFFLOAD_NONE)
         layers = 0;

@@ -161,10 +161,11 @@ int llmt_round_in_place(llmt_device *dev, void *buf, int64_t n, int dt, void *bo
 /* After the owned range was updated: every rank receives the others'. */
 int llmt_optimizer_gather_weights(llmt_optimizer *o);
 
-/* Sharded get_state: the tensor [s, s + n) of a state buffer (dtype dt, base
- * first) gathered whole into host fp32 out on every rank. */
-int llmt_optimizer_gather_tensor(llmt_optimizer *o, const void *base, int dt, int64_t s,
-                                 int64_t n, float *out);
+/* Sharded get_state: elements [s, s + n) of state section sec (0 first
+ * moment, 1 second, 2 master; this rank's part read from the segment that
+ * holds it, host or device) gathered whole into host fp32 out on every
+ * rank. */
+int llmt_optimizer_gather_tensor(llmt_optimizer *o, int sec, int64_t s, int64_t n, float *out);
 
 /* Releases the sharded part. */
 void llmt_optimizer_free_sharded(llmt_optimizer *o);

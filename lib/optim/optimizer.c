@@ -135,11 +135,8 @@ int llmt_optimizer_alloc_state(llmt_optimizer *o, int64_t first, int64_t end)
     o->end = end;
     const char *fn = o->comm ? "llmt_optimizer_create_sharded" : "llmt_optimizer_create";
     int rc = llmt_offload_check(fn, o->cfg.offload_parts, o->cfg.offload_layers, model->dims.layers);
-    if (!rc && o->comm && o->cfg.offload_parts != LLMT_OFFLOAD_NONE)
-        rc = llmt_fail(LLMT_EUNSUPPORTED,
-                       "%s: cfg->offload_parts = %d on a sharded optimizer: offload of a sharded "
-                       "optimizer is not built yet",
-                       fn, o->cfg.offload_parts);
+    if (!rc && o->comm)
+        rc = llmt_offload_check_sharded(fn, "cfg->offload_parts", o->cfg.offload_parts);
     if (!rc)
         rc = llmt_offload_check_backend(o, fn, o->cfg.offload_parts);
     if (rc)
@@ -517,12 +514,7 @@ int llmt_optimizer_get_state(const llmt_optimizer *o, int kind, const char *name
         return rc;
     if (!o->comm)
         return llmt_offload_state_io(o, sec, p->offset, p->numel, out, 0);
-    /* A sharded optimizer keeps its whole range on the device. */
-    const llmt_buf *host, *dev;
-    llmt_offload_section(o, sec, &host, &dev);
-    return llmt_optimizer_gather_tensor((llmt_optimizer *)o, dev->ptr,
-                                        sec == 2 ? LLMT_DTYPE_F32 : o->state_dt, p->offset,
-                                        p->numel, out);
+    return llmt_optimizer_gather_tensor((llmt_optimizer *)o, sec, p->offset, p->numel, out);
 }
 
 int llmt_optimizer_set_state(llmt_optimizer *o, int kind, const char *name, const float *in,

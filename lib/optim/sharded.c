@@ -19,7 +19,6 @@
 #include "dist/shard.h"
 #include "model/grad_place.h"
 #include "model/model_internal.h"
-#include "model/transfer.h"
 #include "optim/optim_internal.h"
 
 /* Bytes of the weights hashed per copy to the host where the backend's
@@ -330,8 +329,7 @@ int llmt_optimizer_gather_weights(llmt_optimizer *o)
                                       llmt_dtype_size(m->dt), o->bounds);
 }
 
-int llmt_optimizer_gather_tensor(llmt_optimizer *o, const void *base, int dt, int64_t s, int64_t n,
-                                 float *out)
+int llmt_optimizer_gather_tensor(llmt_optimizer *o, int sec, int64_t s, int64_t n, float *out)
 {
     const int32_t size = llmt_comm_size(o->comm);
     int64_t *tb = o->tensor_bounds;
@@ -342,8 +340,7 @@ int llmt_optimizer_gather_tensor(llmt_optimizer *o, const void *base, int dt, in
     const int32_t me = llmt_comm_rank(o->comm);
     int rc = LLMT_OK;
     if (tb[me + 1] > tb[me])
-        rc = llmt_transfer_out(o->model, base, dt, s + tb[me] - o->first, out + tb[me],
-                               tb[me + 1] - tb[me]);
+        rc = llmt_offload_state_io(o, sec, s + tb[me], tb[me + 1] - tb[me], out + tb[me], 0);
     rc = llmt_comm_agree(o->comm, rc);
     if (!rc)
         rc = llmt_comm_allgather_ranges(o->comm, "llmt_optimizer_get_state", out, sizeof(float),

@@ -33,7 +33,8 @@
 #               collective on device buffers (tests/gpu/test_nccl_world1.c)
 #   nccl-sharded gpu_nccl_sharded: the sharded optimizer over that
 #               communicator takes bitwise the steps of an unsharded one
-#               (bf16_mixed; tests/gpu/test_nccl_sharded.c)
+#               (bf16_mixed), also with its state of the embedding and
+#               layer 0 on the host (tests/gpu/test_nccl_sharded.c)
 #   nccl-train  llmt-train --data-parallel on CUDA, one rank over NCCL: the
 #               loss falls, a sharded checkpoint resumes to the bytes of an
 #               uninterrupted run (tests/gpu/train_nccl_world1.sh)
@@ -46,7 +47,7 @@
 # LLMT_REQUIRE_CUDA=1 throughout: a CUDA test or the benchmark that cannot
 # open a device FAILS instead of skipping, so nothing passes without the GPU.
 # When the op tests find no device, the later GPU stages are recorded as not
-# run. Offload is listed as "not built yet".
+# run.
 #
 #   tests/gpu/run.sh [--build-only] [build-dir]      (default build/gpu)
 #

@@ -6,8 +6,12 @@
  * gradient to itself, the fp32 sum and its rounding back to bf16 are
  * exact, and the norm is summed per granule as unsharded: after every step
  * the weights are bitwise the same (and moved), and so is the state
- * get_state gathers. Without a CUDA device it exits 77 (skipped), or fails
- * under LLMT_REQUIRE_CUDA=1; a device without a usable NCCL fails. */
+ * get_state gathers. A second twin offloads its optimizer state of the
+ * embedding and layer 0 (cfg LLMT_OFFLOAD_OPTIMIZER, offload_layers 1): its
+ * range straddles the split, and the pipelined host AdamW (pinned staging,
+ * copy-stream fences) on the reduced sum it downloads gives the same bits.
+ * Without a CUDA device it exits 77 (skipped), or fails under
+ * LLMT_REQUIRE_CUDA=1; a device without a usable NCCL fails. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +21,7 @@
 #include "cuda_required.h"
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
+#include "optim/optim_internal.h"
 
 enum { VOCAB = 64, BATCH = 4, SEQ = 16, STEPS = 3 };
 
@@ -75,9 +80,12 @@ static void expect_same_state(const llmt_optimizer *a, const llmt_optimizer *b, 
     }
 }
 
-static void test_sharded_same_steps(void **state)
+/* An unsharded optimizer and a sharded one over g_comm whose state of the
+ * first offload_layers layers (and the embedding) is on the host
+ * (offload_layers 0: none) take STEPS bf16_mixed steps on twin models:
+ * bitwise the same weights after each step, and the same state. */
+static void same_steps(int32_t offload_layers)
 {
-    (void)state;
     if (!g_comm)
         cuda_unavailable(g_why);
     llmt_model *plain = make_model(), *twin = make_model();
@@ -86,8 +94,16 @@ static void test_sharded_same_steps(void **state)
     oc.grad_clip = 0.5; /* clipping acts: the norm must agree */
     llmt_optimizer *a = NULL, *b = NULL;
     check_ok(llmt_optimizer_create(&a, plain, &oc), "optimizer");
+    if (offload_layers) {
+        oc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+        oc.offload_layers = offload_layers;
+    }
     check_ok(llmt_optimizer_create_sharded(&b, twin, &oc, g_comm, LLMT_REDUCE_DETERMINISTIC),
              "sharded optimizer over NCCL");
+    if (offload_layers) { /* world 1: the range is every element; the split inside it */
+        assert_int_equal(b->split, twin->layer[offload_layers].ln1);
+        assert_true(b->first < b->split && b->split < b->end);
+    }
     int32_t tokens[BATCH * SEQ], targets[BATCH * SEQ];
     void *start = weights_of(twin);
     for (int step = 0; step < STEPS; step++) {
@@ -115,14 +131,32 @@ static void test_sharded_same_steps(void **state)
     void *end = weights_of(twin);
     assert_true(memcmp(start, end, twin->weights.bytes) != 0); /* the steps moved them */
     expect_same_state(a, b, twin);
-    printf("sharded over NCCL (world 1, bf16_mixed): %d steps bitwise the unsharded optimizer's\n",
-           STEPS);
+    if (offload_layers)
+        printf("sharded over NCCL (world 1, bf16_mixed, state of [0, %lld) of [0, %lld) on the host): "
+               "%d steps bitwise the unsharded optimizer's\n", (long long)b->split,
+               (long long)b->end, STEPS);
+    else
+        printf("sharded over NCCL (world 1, bf16_mixed): %d steps bitwise the unsharded "
+               "optimizer's\n", STEPS);
     free(start);
     free(end);
     llmt_optimizer_free(b);
     llmt_optimizer_free(a);
     llmt_model_free(twin);
     llmt_model_free(plain);
+}
+
+static void test_sharded_same_steps(void **state)
+{
+    (void)state;
+    same_steps(0);
+}
+
+/* Offload of a fraction: layer 0 of the model's 2 and the embedding. */
+static void test_sharded_offloaded_same_steps(void **state)
+{
+    (void)state;
+    same_steps(1);
 }
 
 int main(void)
@@ -141,6 +175,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_same_steps),
+        cmocka_unit_test(test_sharded_offloaded_same_steps),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int have = g_comm != NULL;

@@ -10,6 +10,7 @@ int32_t layers = 2, micro = MICRO;
 const char *fast_dir;
 int64_t fast_every;
 int32_t backend = LLMT_BACKEND_CPU, heads = 4, kv_heads = 2;
+int32_t offload_parts = LLMT_OFFLOAD_NONE, offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
 llmt_comm *device_comm;
 
 /* One shard of a learnable token stream (the same on every rank). */
@@ -63,6 +64,8 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     oc.warmup_steps = 3;
     oc.total_steps = 40;
     oc.grad_clip = 0.5; /* clipping acts: the norm must agree too */
+    oc.offload_parts = offload_parts;
+    oc.offload_layers = offload_layers;
     if (comm && comm == device_comm)
         comm->device = r->ctx->backend;
     if (comm)

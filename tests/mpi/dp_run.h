@@ -27,6 +27,10 @@ extern int64_t fast_every;
  * heads of 32, 64 or 128 elements: 1 and 1 there). */
 extern int32_t backend, heads, kv_heads;
 
+/* The optimizer placement of the next runs' configs (cfg->offload_parts and
+ * offload_layers; LLMT_OFFLOAD_NONE unless a test sets it). */
+extern int32_t offload_parts, offload_layers;
+
 /* An NCCL communicator serving every run on the CUDA emulator (one device,
  * work done at launch), or NULL: run_open marks it as taking the device
  * memory of each run's context, as one made on that context would. */

@@ -4,7 +4,10 @@
  *       steps 5 and 10 (each rank writes its own optimizer file, checked
  *       here against the rank's own buffers), records the state at step 10
  *       and that of the uninterrupted run at step 20, and checks that a
- *       save failing on one rank fails on all and leaves nothing behind.
+ *       save failing on one rank fails on all and leaves nothing behind;
+ *       step 10 saved again from optimizers offloaded differently on each
+ *       rank writes the same files, and resumed into ranks placed another
+ *       way gives the same bits 10 steps later.
  *   test_ckpt_sharded load DIR   (-n 1, 2, 3, 8) resumes DIR's checkpoint
  *       at its world size: every weight and state tensor equal to the saved
  *       ones, and 10 more steps give the uninterrupted run's bits; a
@@ -84,13 +87,28 @@ static void section_sizes(const run *r, size_t es[3])
     es[2] = sizeof(float);
 }
 
+/* A malloc'ed copy of the raw bytes of this rank's range of state section
+ * k (exp_avg, exp_avg_sq, master): its host segment [first, split), then
+ * its device segment [split, end) (the CPU backend's memory is host
+ * memory), whatever the optimizer's placement. */
+static char *own_section(const run *r, int k)
+{
+    const llmt_optimizer *o = r->opt;
+    const llmt_buf *host[3] = {&o->hm, &o->hv, &o->hmaster}, *dev[3] = {&o->m, &o->v, &o->master};
+    char *out = malloc(host[k]->bytes + dev[k]->bytes + 1);
+    if (host[k]->bytes)
+        memcpy(out, host[k]->ptr, host[k]->bytes);
+    if (dev[k]->bytes)
+        memcpy(out + host[k]->bytes, dev[k]->ptr, dev[k]->bytes);
+    return out;
+}
+
 /* The raw bytes of the weights, then of each state section over the whole
  * flat buffer (gathered from the ranks' ranges), written by rank 0 to path. */
 static void dump(const char *path, const run *r)
 {
     const llmt_model *m = r->model;
     const llmt_optimizer *o = r->opt;
-    const llmt_buf *bufs[3] = {&o->m, &o->v, &o->master};
     size_t es[3];
     section_sizes(r, es);
     size_t total = m->weights.bytes + (size_t)m->num_params * (es[0] + es[1] + es[2]);
@@ -103,8 +121,10 @@ static void dump(const char *path, const run *r)
             counts[i] = (int)((size_t)(o->bounds[i + 1] - o->bounds[i]) * es[k]);
             displs[i] = (int)((size_t)o->bounds[i] * es[k]);
         }
-        MPI_Gatherv(bufs[k]->ptr, counts[rank], MPI_BYTE, out + at, counts, displs, MPI_BYTE, 0,
+        char *mine = own_section(r, k);
+        MPI_Gatherv(mine, counts[rank], MPI_BYTE, out + at, counts, displs, MPI_BYTE, 0,
                     MPI_COMM_WORLD);
+        free(mine);
         at += (size_t)m->num_params * es[k];
     }
     FILE *f = rank == 0 ? fopen(path, "wb") : NULL;
@@ -120,7 +140,6 @@ static void expect_state(const char *path, const run *r, const char *what)
 {
     const llmt_model *m = r->model;
     const llmt_optimizer *o = r->opt;
-    const llmt_buf *bufs[3] = {&o->m, &o->v, &o->master};
     size_t es[3];
     section_sizes(r, es);
     size_t total = m->weights.bytes + (size_t)m->num_params * (es[0] + es[1] + es[2]);
@@ -134,9 +153,11 @@ static void expect_state(const char *path, const run *r, const char *what)
     size_t at = m->weights.bytes;
     for (int k = 0; k < 3; k++) {
         size_t n = (size_t)(o->end - o->first) * es[k];
-        EXPECT(n == 0 || memcmp(want + at + (size_t)o->first * es[k], bufs[k]->ptr, n) == 0,
+        char *mine = own_section(r, k);
+        EXPECT(n == 0 || memcmp(want + at + (size_t)o->first * es[k], mine, n) == 0,
                "%s on %d ranks: state section %d of [%lld, %lld) differs from %s", what, size, k,
                (long long)o->first, (long long)o->end, path);
+        free(mine);
         at += (size_t)m->num_params * es[k];
     }
     free(want);
@@ -249,6 +270,80 @@ static void test_failed_save(const char *ckpt, run *r, int victim, rlim_t limit)
     }
 }
 
+/* The offload placements of the 4 ranks' optimizers (layers of 2; -1: all)
+ * in the offloaded save and in the resume, and where each rank's range
+ * then lies against the offloaded prefix: I inside, S straddling, P past
+ * (the ranges are [0, 4096), [4096, 12288), [12288, 16384), [16384,
+ * 20640); checked, so the cases cannot silently go). Every rank's split
+ * differs between the two. do_save runs on 4 ranks (rank % 4: no overrun
+ * on others, where it fails). */
+static const int32_t save_layers[4] = {LLMT_OFFLOAD_ALL_LAYERS, 2, 1, 2};
+static const char save_where[] = "IIPS";
+static const int32_t resume_layers[4] = {0, 1, LLMT_OFFLOAD_ALL_LAYERS, 1};
+static const char resume_where[] = "PSIP";
+
+/* Whether r's range lies where `where` says against its optimizer's split. */
+static void expect_where(const run *r, char where, const char *what)
+{
+    const llmt_optimizer *o = r->opt;
+    char is = o->split == o->first ? 'P' : o->split == o->end ? 'I' : 'S';
+    EXPECT(is == where, "%s: rank %d's range [%lld, %lld) split at %lld lies %c, not %c", what,
+           rank, (long long)o->first, (long long)o->end, (long long)o->split, is, where);
+}
+
+/* r at step HALF (its state in saved.bin): each rank's optimizer offloaded
+ * as save_layers says, a synchronous save into DIR/ckpt-offload writes the
+ * very files of the save without offload in ckpt, MANIFEST included (it
+ * records no placement); then r's placement is none again. */
+static void test_offloaded_save(const char *dir, const char *ckpt, run *r)
+{
+    char other[900];
+    snprintf(other, sizeof other, "%s/ckpt-offload", dir);
+    must(llmt_optimizer_set_offload(r->opt, LLMT_OFFLOAD_OPTIMIZER, save_layers[rank % 4]),
+         "offload");
+    expect_where(r, save_where[rank % 4], "the offloaded save");
+    llmt_ckpt_store *mine = r->store, *store = NULL;
+    if (rank == 0)
+        must(llmt_ckpt_store_open(&store, r->ctx, other, NULL), "offloaded store");
+    r->tr->parts.store = store;
+    must(llmt_trainer_save(r->tr, LLMT_CKPT_DURABLE), "offloaded save");
+    r->tr->parts.store = mine;
+    llmt_ckpt_store_free(store);
+    if (rank == 0) {
+        char cmd[2400];
+        snprintf(cmd, sizeof cmd, "diff -rq '%s/step-%08d' '%s/step-%08d'", ckpt, HALF, other,
+                 HALF);
+        EXPECT(system(cmd) == 0, "the offloaded save of step %d differs from the one without "
+               "offload", HALF);
+    }
+    must(llmt_optimizer_set_offload(r->opt, LLMT_OFFLOAD_NONE, 0), "no offload");
+}
+
+/* The offloaded save resumed (another seed) by ranks placed as
+ * resume_layers says: the state of saved.bin, and after 10 more steps that
+ * of final.bin, bit for bit. */
+static void test_offloaded_resume(const char *dir, llmt_comm *comm)
+{
+    char ckpt[900], path[1000];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-offload", dir);
+    offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    offload_layers = resume_layers[rank % 4];
+    run r;
+    int rc = LLMT_OK;
+    int64_t step = resume(&r, dir, comm, ckpt, &rc);
+    offload_parts = LLMT_OFFLOAD_NONE;
+    offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    EXPECT(rc == LLMT_OK && step == HALF, "offloaded resume: status %d, step %lld: %s", rc,
+           (long long)step, llmt_error_last());
+    expect_where(&r, resume_where[rank % 4], "the offloaded resume");
+    snprintf(path, sizeof path, "%s/saved.bin", dir);
+    expect_state(path, &r, "the state resumed into offloaded optimizers");
+    train(&r, STEPS - HALF, NULL);
+    snprintf(path, sizeof path, "%s/final.bin", dir);
+    expect_state(path, &r, "10 steps after the offloaded resume");
+    run_close(&r);
+}
+
 static void do_save(const char *dir, llmt_comm *comm)
 {
     EXPECT(size == 4, "the save runs on 4 ranks, not %d", size);
@@ -276,6 +371,7 @@ static void do_save(const char *dir, llmt_comm *comm)
         check_manifest(ckpt, &r);
     snprintf(path, sizeof path, "%s/saved.bin", dir);
     dump(path, &r);
+    test_offloaded_save(dir, ckpt, &r);
     train(&r, STEPS - HALF, NULL);
     snprintf(path, sizeof path, "%s/final.bin", dir);
     dump(path, &r);
@@ -291,6 +387,7 @@ static void do_save(const char *dir, llmt_comm *comm)
            "%s is not larger than the weights file", path);
     test_failed_save(ckpt, &r, 0, (rlim_t)(weights.st_size + range.st_size) / 2);
     run_close(&r);
+    test_offloaded_resume(dir, comm);
 }
 
 /* ---- load */
@@ -616,10 +713,31 @@ static int committed(const char *ckpt, int step)
     return access(path, F_OK) == 0;
 }
 
+/* Offloads r's optimizer state up to the first layer boundary strictly
+ * inside this rank's range, which then straddles the offloaded prefix's
+ * end, or all of it where no boundary is inside (the range lies inside).
+ * Returns whether some rank's range straddles (collective). */
+static int offload_straddling(run *r)
+{
+    const llmt_optimizer *o = r->opt;
+    int straddles = 0, any = 0;
+    for (int32_t k = 1; k <= layers && !straddles; k++) {
+        must(llmt_optimizer_set_offload(r->opt, LLMT_OFFLOAD_OPTIMIZER, k), "offload");
+        straddles = o->first < o->split && o->split < o->end;
+    }
+    if (!straddles)
+        must(llmt_optimizer_set_offload(r->opt, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS),
+             "offload");
+    MPI_Allreduce(&straddles, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any;
+}
+
 /* Async saves of steps 2, 4 and 6 (the last committed by the explicit wait,
  * llmt_trainer_save) write the very files of synchronous saves of the same
- * steps; step 2 returns while its writer is held (on a thread, not run in
- * place), and nothing is committed until the writer is let go. */
+ * steps, also from offloaded optimizers (every range straddling its
+ * prefix's end where a layer boundary is inside it: staged in both
+ * segments); step 2 returns while its writer is held (on a thread, not run
+ * in place), and nothing is committed until the writer is let go. */
 static void test_async_same_bytes(const char *dir, llmt_comm *comm)
 {
     char sync_ckpt[900], async_ckpt[900];
@@ -642,11 +760,23 @@ static void test_async_same_bytes(const char *dir, llmt_comm *comm)
     EXPECT(!strstr(log_text, "abandoned"), "a save was abandoned: %s", log_text);
     run_close(&r);
     EXPECT(!strstr(log_text, "does not fit"), "an async save fell back: %s", log_text);
+    snprintf(async_ckpt, sizeof async_ckpt, "%s/async-offload", dir);
+    open_saving_run(&r, dir, comm, async_ckpt, 1);
+    EXPECT(offload_straddling(&r), "no range on %d ranks straddles a layer boundary", size);
+    train(&r, 6, NULL);
+    must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "the wait for step 6 (offloaded)");
+    run_close(&r);
+    EXPECT(!strstr(log_text, "does not fit") && !strstr(log_text, "abandoned"),
+           "an offloaded async save fell back or was abandoned: %s", log_text);
     for (int step = 2; rank == 0 && step <= 6; step += 2) {
         char cmd[2400];
-        snprintf(cmd, sizeof cmd, "diff -r '%s/step-%08d' '%s/step-%08d'", sync_ckpt, step,
-                 async_ckpt, step);
+        snprintf(cmd, sizeof cmd, "diff -r '%s/step-%08d' '%s/async/step-%08d'", sync_ckpt, step,
+                 dir, step);
         EXPECT(system(cmd) == 0, "the async save of step %d differs from the sync one", step);
+        snprintf(cmd, sizeof cmd, "diff -rq '%s/step-%08d' '%s/step-%08d'", sync_ckpt, step,
+                 async_ckpt, step);
+        EXPECT(system(cmd) == 0, "the offloaded async save of step %d differs from the sync "
+               "one", step);
     }
 }
 

@@ -3,7 +3,9 @@
  * process without a communicator whose slicer accumulates in order (the
  * reference, run on every rank), in every precision mode (fp16_mixed with
  * loss-scale overflows skipping steps), also when a rank owns no
- * parameters or runs no micro-batch; fast mode stays within a tolerance; a
+ * parameters or runs no micro-batch, and with the optimizer's state
+ * offloaded (ranges inside, straddling and past the offloaded prefix; each
+ * rank's placement changed mid-run); fast mode stays within a tolerance; a
  * checkpoint saved by N ranks resumes on N ranks and in one process to the
  * same bits; ranks that disagree (weights, micro-batch) are refused on
  * every rank; a step callback stopping one rank stops all. Threads: one
@@ -20,6 +22,7 @@
 #include "llmt/comm_mpi.h"
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
+#include "optim/optim_internal.h"
 
 /* Largest |a - b| over the weights and every optimizer state tensor (0 when
  * bitwise equal: then also memcmp-equal). get_state is collective for a
@@ -51,6 +54,150 @@ static double max_difference(const run *a, const run *b, int *bitwise)
     return worst;
 }
 
+/* The end P of the prefix [0, P) whose state `off` offloaded layers put in
+ * host memory, from the parameters' names (not the library's
+ * llmt_offload_prefix): none for 0, else the embedding's and layers
+ * 0..off-1's elements, stored first in that order; every element for
+ * LLMT_OFFLOAD_ALL_LAYERS. */
+static int64_t prefix_of(const llmt_model *m, int32_t off)
+{
+    if (off == 0)
+        return 0;
+    if (off == LLMT_OFFLOAD_ALL_LAYERS)
+        return m->num_params;
+    int64_t p = 0;
+    for (int32_t i = 0; i < m->n_params; i++) {
+        int layer = -1;
+        const char *name = m->params[i].name;
+        if (!strcmp(name, "model.embed_tokens.weight") ||
+            (sscanf(name, "model.layers.%d.", &layer) == 1 && layer < off))
+            p += m->params[i].numel;
+    }
+    return p;
+}
+
+/* x clamped to [lo, hi]. */
+static int64_t clamp(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* Where each rank's range lies against the offloaded prefix. */
+enum { EMPTY, INSIDE, STRADDLING, PAST };
+
+/* Checks that r's sharded optimizer holds `off` offloaded layers as this
+ * rank's range asks: the state of [first, split) in the host buffers and
+ * that of [split, end) in the device ones, split = P clamped to the range.
+ * Returns where this rank's range lies against the prefix. */
+static int expect_placement(const run *r, int32_t off, const char *name)
+{
+    const llmt_optimizer *o = r->opt;
+    int64_t first = 0, end = 0;
+    int32_t parts = -1, got = -2;
+    must(llmt_optimizer_shard(o, &first, &end), "shard");
+    must(llmt_optimizer_get_offload(o, &parts, &got), "get_offload");
+    const int64_t p = prefix_of(r->model, off);
+    const int64_t split = clamp(p, first, end);
+    const size_t sb = llmt_dtype_size(o->state_dt), mb = o->has_master ? sizeof(float) : 0;
+    EXPECT(parts == LLMT_OFFLOAD_OPTIMIZER && got == off, "%s: placement (%d, %d), not "
+           "(optimizer, %d)", name, parts, got, off);
+    EXPECT(o->split == split && o->hm.bytes == (size_t)(split - first) * sb &&
+               o->hv.bytes == o->hm.bytes && o->hmaster.bytes == (size_t)(split - first) * mb &&
+               o->m.bytes == (size_t)(end - split) * sb &&
+               o->master.bytes == (size_t)(end - split) * mb,
+           "%s, %d layers offloaded: [%lld, %lld) split at %lld (host %zu, device %zu bytes), "
+           "not at %lld", name, off, (long long)first, (long long)end, (long long)o->split,
+           o->hm.bytes, o->m.bytes, (long long)split);
+    return first == end ? EMPTY : end <= p ? INSIDE : first >= p ? PAST : STRADDLING;
+}
+
+/* Rank 0 prints each rank's range, offloaded layers (-1: all), split and
+ * where the range lies (collective). */
+static void print_placement(const run *r, int32_t off, int where, const char *when)
+{
+    static const char *const names[] = {"empty", "inside", "straddling", "past"};
+    int64_t mine[5] = {r->opt->first, r->opt->end, r->opt->split, off, where};
+    int64_t *all = malloc((size_t)size * sizeof mine);
+    MPI_Gather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    for (int i = 0; rank == 0 && i < size; i++)
+        printf("  %s: rank %d [%lld, %lld) %lld layers: split %lld, %s\n", when, i,
+               (long long)all[5 * i], (long long)all[5 * i + 1], (long long)all[5 * i + 3],
+               (long long)all[5 * i + 2], names[all[5 * i + 4]]);
+    free(all);
+}
+
+/* The layers offloaded by every rank in an offloaded run's first half: with
+ * 2 layers, at -n 2 rank 0's range lies inside the prefix and rank 1's
+ * straddles its end; at -n 4 ranks 0, 1 and 2..3 are inside, straddling and
+ * past (asserted in test_offloaded). */
+static int32_t first_half_layers(void)
+{
+    int32_t off = size == 2 ? 2 : 1;
+    return off < layers ? off : layers;
+}
+
+/* This rank's layers after step HALF: the first placement (0..layers, then
+ * all), from a start that differs by rank, whose split of this rank's range
+ * differs from that of `off`, so the state moves between its segments;
+ * `off` for an empty range. */
+static int32_t second_half_layers(const run *r, int32_t off)
+{
+    int64_t first = 0, end = 0;
+    must(llmt_optimizer_shard(r->opt, &first, &end), "shard");
+    const int64_t was = prefix_of(r->model, off);
+    const int32_t n = layers + 2;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t l = (rank + 1 + i) % n, v = l > layers ? LLMT_OFFLOAD_ALL_LAYERS : l;
+        if (clamp(prefix_of(r->model, v), first, end) != clamp(was, first, end))
+            return v;
+    }
+    return off;
+}
+
+/* The deterministic run again, its optimizer state offloaded: every rank
+ * the same layers from the config, then from step HALF each its own
+ * (set_offload between steps). Bitwise ref's state and losses after STEPS. */
+static void test_offloaded(const char *dir, int precision, const char *name, llmt_comm *comm,
+                           const run *ref, const double *ref_loss)
+{
+    run off;
+    double loss[STEPS];
+    const int32_t first = first_half_layers();
+    offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    offload_layers = first;
+    run_open(&off, dir, precision, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    offload_parts = LLMT_OFFLOAD_NONE;
+    offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    int where = expect_placement(&off, first, name), seen[4] = {0}, any[4] = {0};
+    seen[where] = 1;
+    MPI_Allreduce(seen, any, 4, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    /* The cases the placement was chosen for, so the test cannot degrade. */
+    EXPECT(size < 2 || (any[INSIDE] && any[STRADDLING]), "%s on %d ranks: no range inside "
+           "(%d) or none straddling (%d) the prefix of %d layers", name, size, any[INSIDE],
+           any[STRADDLING], first);
+    EXPECT(size < 4 || layers < 2 || any[PAST], "%s on %d ranks: no range past the prefix of "
+           "%d layers", name, size, first);
+    if (precision == LLMT_PRECISION_FP32)
+        print_placement(&off, first, where, "steps 1-10");
+    train(&off, HALF, loss);
+    const int32_t second = second_half_layers(&off, first);
+    const int64_t split = off.opt->split;
+    must(llmt_optimizer_set_offload(off.opt, LLMT_OFFLOAD_OPTIMIZER, second), "set_offload");
+    where = expect_placement(&off, second, name);
+    EXPECT(where == EMPTY || off.opt->split != split, "%s: %d layers left the split at %lld",
+           name, second, (long long)split);
+    if (precision == LLMT_PRECISION_FP32)
+        print_placement(&off, second, where, "steps 11-20");
+    train(&off, STEPS - HALF, loss + HALF);
+    int bitwise = 0;
+    double diff = max_difference(&off, ref, &bitwise);
+    EXPECT(bitwise, "%s offloaded on %d ranks: state differs from one process (max %g)", name,
+           size, diff);
+    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "%s offloaded: losses differ (step 20: "
+           "%.17g vs %.17g)", name, loss[STEPS - 1], ref_loss[STEPS - 1]);
+    run_close(&off);
+}
+
 static void test_precision(const char *dir, int precision, const char *name, llmt_comm *comm,
                            int size, int with_fast)
 {
@@ -75,6 +222,11 @@ static void test_precision(const char *dir, int precision, const char *name, llm
     EXPECT(ref_loss[STEPS - 1] < ref_loss[0] - 0.2 || layers < 2 || micro == B,
            "%s: the reference did not learn (%g -> %g)", name, ref_loss[0], ref_loss[STEPS - 1]);
     run_close(&dp);
+    /* Not at -n 1 (tests/unit/test_offload.c's test_sharded_bitwise runs a
+     * world of one), nor with one micro-batch for all ranks (the optimizer
+     * sees what the run before gave it): the suite's time. */
+    if (size > 1 && micro < B)
+        test_offloaded(dir, precision, name, comm, &ref, ref_loss);
     if (!with_fast) {
         if (rank == 0)
             printf("%s on %d ranks (%d layers, micro-batch %d): deterministic bitwise %s\n", name,

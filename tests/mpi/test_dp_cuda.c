@@ -33,11 +33,15 @@
  * backward gives the bits and bytes sent of the exchange after backward
  * in both reduce modes, with a round in which a rank has no micro-batch
  * (it does not show that the streams overlap: the emulator runs
- * everything at launch); a rank whose overlapped exchange is refused
- * mid-backward fails the step on every rank within the stand-in's bounded
- * wait, itself naming the refusal; a sharded checkpoint saved at N
- * ranks at step 3 (synchronously: the log says so) resumes in one process
- * and at N ranks, and one process's
+ * everything at launch); with the state of the embedding and layer 0
+ * offloaded (LLMT_OFFLOAD_OPTIMIZER, a rank's range straddling the split),
+ * the pipelined host AdamW reads the reduced sum from the device and 3
+ * steps (fp32 offloaded from the start, bf16_mixed from step 1) give
+ * bitwise the weights and state of the run without offload; a rank whose
+ * overlapped exchange is refused mid-backward fails the step on every rank
+ * within the stand-in's bounded wait, itself naming the refusal; a
+ * sharded checkpoint saved at N ranks at step 3 (synchronously: the log
+ * says so) resumes in one process and at N ranks, and one process's
  * checkpoint (format 1) at N ranks, each to the uninterrupted run's bits
  * after step 5. */
 #include <stdio.h>
@@ -81,21 +85,26 @@ static int same_weights(const run *a, const run *b)
     return same;
 }
 
-/* dp's optimizer range [first, end) of each state section, read from its
- * device buffers, against the same elements of the unsharded ref's. */
+/* dp's optimizer range [first, end) of each state section, read where
+ * it lives (the host segment [first, split) straight from host memory, the
+ * device segment [split, end) through a copy), against the same elements
+ * of ref's device buffer (ref offloads nothing: its split is its first). */
 static int same_range(const run *dp, const run *ref)
 {
     const llmt_optimizer *o = dp->opt, *q = ref->opt;
-    int same = 1;
+    int same = q->split == q->first;
     for (int sec = 0; sec < (o->has_master ? 3 : 2); sec++) {
-        const llmt_buf *host, *b, *c;
+        const llmt_buf *host, *b, *c, *unused;
         llmt_offload_section(o, sec, &host, &b);
-        llmt_offload_section(q, sec, &host, &c);
+        llmt_offload_section(q, sec, &unused, &c);
         size_t es = llmt_dtype_size(sec == 2 ? LLMT_DTYPE_F32 : o->state_dt);
-        size_t bytes = (size_t)(o->end - o->first) * es;
-        void *x = host_copy(dp->model, b->ptr, bytes);
-        void *y = host_copy(ref->model, (const char *)c->ptr + (size_t)o->first * es, bytes);
-        same &= memcmp(x, y, bytes) == 0;
+        size_t host_bytes = (size_t)(o->split - o->first) * es;
+        size_t dev_bytes = (size_t)(o->end - o->split) * es;
+        void *x = host_copy(dp->model, b->ptr, dev_bytes);
+        char *y = host_copy(ref->model, (const char *)c->ptr + (size_t)(o->first - q->first) * es,
+                            host_bytes + dev_bytes);
+        same &= (!host_bytes || memcmp(host->ptr, y, host_bytes) == 0) &&
+                memcmp(x, y + host_bytes, dev_bytes) == 0;
         free(x);
         free(y);
     }
@@ -128,11 +137,12 @@ static int same_state(const run *a, const run *b)
 /* Weights, this rank's range, the gathered state: bitwise. */
 static void expect_same(const run *dp, const run *ref, const char *what)
 {
-    EXPECT(same_weights(dp, ref), "%s: the weights differ from one process's", what);
+    EXPECT(same_weights(dp, ref), "%s: the weights differ from the reference run's", what);
     if (dp->opt->comm)
         EXPECT(same_range(dp, ref), "%s: this rank's optimizer range [%lld, %lld) differs from "
-               "one process's", what, (long long)dp->opt->first, (long long)dp->opt->end);
-    EXPECT(same_state(dp, ref), "%s: the optimizer state differs from one process's", what);
+               "the reference run's", what, (long long)dp->opt->first, (long long)dp->opt->end);
+    EXPECT(same_state(dp, ref), "%s: the optimizer state differs from the reference run's",
+           what);
 }
 
 /* A CUDA model of `layers` layers whose weights come from seed. */
@@ -362,6 +372,65 @@ static void test_overlap(const char *dir, llmt_comm *comm)
 }
 
 
+/* The offloaded prefix of test_offload: the embedding and layer 0, whose
+ * end lies inside a rank's range at 2 and at 3 ranks (asserted; with these
+ * runs' model and granules, rank 0's at 2 ranks, rank 1's at 3, where rank
+ * 0's range lies wholly inside the prefix and rank 2's past it). */
+enum { OFFLOAD_LAYERS = 1, OFFLOAD_STEPS = 3 };
+
+/* A sharded optimizer over the engine whose range's part inside the
+ * prefix is offloaded (LLMT_OFFLOAD_OPTIMIZER, OFFLOAD_LAYERS of the
+ * layers): the host AdamW of a rank that straddles the split runs the
+ * pipelined update (the staging, the copy-stream fences) on the reduced
+ * gradient sum it downloads from the device, not on the model's own
+ * gradients, which at 2+ ranks differ from the sum. After OFFLOAD_STEPS
+ * steps the weights, this rank's range (host and device segments) and the
+ * gathered state are bitwise those of the same run without offload. fp32
+ * offloads before the first step (the pipeline downloads the weights too);
+ * bf16_mixed after the first (the state, master weights included, moves to
+ * the host mid-run). */
+static void test_offload(const char *dir, llmt_comm *comm)
+{
+    const int precisions[2] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED};
+    const double start = MPI_Wtime();
+    for (int i = 0; i < 2; i++) {
+        const int moved_after = i; /* steps before the offload */
+        run plain, offloaded;
+        run_open(&plain, dir, precisions[i], comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+        train(&plain, OFFLOAD_STEPS, NULL);
+        run_open(&offloaded, dir, precisions[i], comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+        train(&offloaded, moved_after, NULL);
+        must(llmt_optimizer_set_offload(offloaded.opt, LLMT_OFFLOAD_OPTIMIZER, OFFLOAD_LAYERS),
+             "offload the sharded optimizer's state");
+        train(&offloaded, OFFLOAD_STEPS - moved_after, NULL);
+        const llmt_optimizer *o = offloaded.opt;
+        /* The prefix ends where layer OFFLOAD_LAYERS begins (the embedding is
+         * stored first); the ranks' host segments together are that prefix. */
+        const int64_t prefix = offloaded.model->layer[OFFLOAD_LAYERS].ln1;
+        long long offloaded_elems = (long long)(o->split - o->first), all_offloaded = 0;
+        int straddles = o->first < o->split && o->split < o->end, any_straddles = 0;
+        MPI_Allreduce(&offloaded_elems, &all_offloaded, 1, MPI_LONG_LONG, MPI_SUM,
+                      MPI_COMM_WORLD);
+        MPI_Allreduce(&straddles, &any_straddles, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        char what[128];
+        snprintf(what, sizeof what, "%s, state of [%lld, %lld) of [%lld, %lld) offloaded",
+                 i ? "bf16_mixed" : "fp32", (long long)o->first, (long long)o->split,
+                 (long long)o->first, (long long)o->end);
+        EXPECT(all_offloaded == prefix, "%s: the ranks offloaded %lld elements, the prefix is "
+               "%lld", what, all_offloaded, (long long)prefix);
+        EXPECT(any_straddles, "%s: no rank's range straddles the split at %lld", what,
+               (long long)prefix);
+        EXPECT(llmt_optimizer_step_count(o) == OFFLOAD_STEPS, "%s: %lld updates, not %d", what,
+               (long long)llmt_optimizer_step_count(o), OFFLOAD_STEPS);
+        expect_same(&offloaded, &plain, what);
+        run_close(&offloaded);
+        run_close(&plain);
+    }
+    if (rank == 0)
+        printf("sharded optimizer with offloaded state on %d ranks (emulated CUDA, NCCL engine): "
+               "bitwise %s (%.1f s)\n", size, failures ? "NO" : "yes", MPI_Wtime() - start);
+}
+
 /* The call of the engine's alltoallv_add (counted from 0) that
  * refusing_add spoils on this rank; -1: none. */
 static int64_t spoil_call = -1;
@@ -526,6 +595,7 @@ int main(int argc, char **argv)
     test_precision(dir, LLMT_PRECISION_FP32, "fp32", nccl);
     test_precision(dir, LLMT_PRECISION_BF16_MIXED, "bf16_mixed", nccl);
     test_overlap(dir, nccl);
+    test_offload(dir, nccl);
     test_resume(dir, nccl);
     test_overlap_failure(dir, nccl_ctx);
 

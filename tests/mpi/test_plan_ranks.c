@@ -3,7 +3,10 @@
  * context's peak per category equals llmt_plan_compute with world_size N and
  * its rank, to the byte; the plan of rank -1 is the largest rank's. The
  * model has 3 granules (10400 parameters): on 2 ranks one and two (the
- * last partial), on 4 ranks rank 0 owns nothing. */
+ * last partial), on 4 ranks rank 0 owns nothing. Offloaded (the state of
+ * the embedding and the layer, [0, 9056), in host memory), the ranks below
+ * 9056 keep no state on the device and the last one is split; the planned
+ * OPTIMIZER and HOST_STATE bytes are the context's current bytes too. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,9 +18,10 @@
 
 enum { B = 8, MICRO = 2, T = 12, VOCAB = 41 };
 
-/* Plans and trains precision on this rank, checking the plan against the
- * measured peaks. */
-static void check(llmt_comm *comm, int precision)
+/* Plans and trains precision on this rank, the optimizer's state of the
+ * first offload_layers layers (0: none) in host memory, checking the plan
+ * against the measured peaks and current optimizer bytes. */
+static void check(llmt_comm *comm, int precision, int32_t offload_layers)
 {
     const int32_t size = llmt_comm_size(comm);
     llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
@@ -38,6 +42,8 @@ static void check(llmt_comm *comm, int precision)
     pc.batch_size = B;
     pc.world_size = size;
     pc.rank = rank;
+    pc.offload_parts = offload_layers ? LLMT_OFFLOAD_OPTIMIZER : LLMT_OFFLOAD_NONE;
+    pc.offload_layers = offload_layers;
     llmt_plan p = LLMT_PLAN_INIT;
     must(llmt_plan_compute(ctx, &pc, &p), "plan");
 
@@ -45,6 +51,8 @@ static void check(llmt_comm *comm, int precision)
     llmt_optimizer *o = NULL;
     llmt_slicer *sl = NULL;
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.offload_parts = pc.offload_parts;
+    oc.offload_layers = offload_layers;
     must(llmt_model_create(&m, ctx, &pc.model), "model");
     must(llmt_optimizer_create_sharded(&o, m, &oc, comm, LLMT_REDUCE_DETERMINISTIC), "optimizer");
     must(llmt_slicer_create(&sl, m, MICRO), "slicer");
@@ -67,11 +75,23 @@ static void check(llmt_comm *comm, int precision)
     llmt_memory_stats s = LLMT_MEMORY_STATS_INIT;
     must(llmt_context_memory_stats(ctx, &s), "stats");
     for (int c = 0; c < LLMT_MEM_CATEGORY_COUNT; c++)
-        EXPECT(s.peak[c] == p.bytes[c], "precision %d, %d ranks: %s planned %llu, measured %llu",
-               precision, size, llmt_mem_category_name(c), (unsigned long long)p.bytes[c],
+        EXPECT(s.peak[c] == p.bytes[c], "precision %d, %d ranks, offload %d layers: %s planned "
+               "%llu, measured %llu", precision, size, offload_layers,
+               llmt_mem_category_name(c), (unsigned long long)p.bytes[c],
                (unsigned long long)s.peak[c]);
     EXPECT(s.total_peak == p.peak, "precision %d: peak planned %llu, measured %llu", precision,
            (unsigned long long)p.peak, (unsigned long long)s.total_peak);
+    /* Every rank of 2 and 4 that owns a range starts it below 9056. */
+    EXPECT((offload_layers && first < end) == (s.current[LLMT_MEM_HOST_STATE] > 0),
+           "precision %d, offload %d layers, range [%lld, %lld): host_state %llu", precision,
+           offload_layers, (long long)first, (long long)end,
+           (unsigned long long)s.current[LLMT_MEM_HOST_STATE]);
+    const int mem[2] = {LLMT_MEM_OPTIMIZER, LLMT_MEM_HOST_STATE};
+    for (int k = 0; k < 2; k++)
+        EXPECT(s.current[mem[k]] == p.bytes[mem[k]], "precision %d, offload %d layers: %s "
+               "planned %llu, current %llu", precision, offload_layers,
+               llmt_mem_category_name(mem[k]), (unsigned long long)p.bytes[mem[k]],
+               (unsigned long long)s.current[mem[k]]);
 
     /* Rank -1: the largest rank's plan, the same on every rank. */
     pc.rank = -1;
@@ -97,8 +117,10 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     llmt_comm_mpi *cm = NULL;
     must(llmt_comm_mpi_create(&cm, MPI_COMM_WORLD), "communicator");
-    for (int precision = 0; precision < 4; precision++)
-        check(cm->comm, precision);
+    for (int precision = 0; precision < 4; precision++) {
+        check(cm->comm, precision, 0);
+        check(cm->comm, precision, 1);
+    }
     llmt_comm_mpi_free(cm);
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

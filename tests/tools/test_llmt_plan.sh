@@ -11,7 +11,9 @@
 # column (checked by hand), and with --budget offloads the fewest layers that
 # fit after full recompute; --offload optimizer+grads moves the gradients
 # below the split too, less the device bucket (checked by hand), and fits
-# with fewer layers; --offload grads alone is a usage error.
+# with fewer layers; --offload grads alone is a usage error; with --world,
+# each rank offloads the part of its range below the prefix (checked by
+# hand) and optimizer+grads is refused with the library's message.
 # Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
 set -eu
 tool=$1
@@ -275,10 +277,47 @@ run --preset llama-7b --budget 80GiB --precision fp32 --offload optimizer --offl
 [ "$status" = 1 ] || fail "--offload-layers 2 --budget 80GiB: exit $status, not 1"
 grep -q "fp32 does not fit: micro-batch 1 with full recompute and the given offload" "$tmp/out" ||
     fail "--offload-layers 2 --budget 80GiB: $(tail -n 2 "$tmp/out")"
-# A sharded optimizer does not offload in this stage: the library says so.
-run --preset small --world 2 --offload optimizer
-[ "$status" = 1 ] && grep -q "sharded optimizer is not built" "$tmp/err" ||
-    fail "--world 2 --offload optimizer: exit $status: $(cat "$tmp/err")"
+# --world 2 --offload optimizer: each rank of the ZeRO-1 split (granules of
+# 4096, floor(G r / 2)) offloads the part of its range below the prefix
+# (all, or the embedding and layers 0-5: rank 0 wholly, rank 1 split):
+# AdamW's 12 bytes of each such parameter leave its optimizer column for
+# the host column; params, grads, activations and workspace stay those of
+# the rank without offload. Gradient offload with --world is refused.
+G=$(((params + 4095) / 4096))
+for k in all 6; do
+    if [ $k = all ]; then pre=$params; else pre=$((v * d + k * layer)); fi
+    for r in 0 1; do
+        a=$((G * r / 2 * 4096)) b=$((G * (r + 1) / 2 * 4096))
+        [ "$b" -le "$params" ] || b=$params
+        s=$pre
+        [ "$s" -ge "$a" ] || s=$a
+        [ "$s" -le "$b" ] || s=$b
+        run --preset small --seq 256 --precision bf16_mixed --world 2 --rank $r
+        base=$(row bf16_mixed none)
+        run --preset small --seq 256 --precision bf16_mixed --world 2 --rank $r \
+            --offload optimizer --offload-layers $k
+        [ "$status" = 0 ] || fail "--world 2 --rank $r --offload-layers $k: exit $status: $(cat "$tmp/err")"
+        line="offloaded on rank $r: the state of [$a, $s) ($((s - a))) in host memory, of [$s, $b) ($((b - s))) on the device"
+        grep -qxF "$line" "$tmp/out" ||
+            fail "--world 2 --rank $r --offload-layers $k: not '$line': $(cat "$tmp/out")"
+        got=$(row bf16_mixed none)
+        want=$(echo "$base" | awk -v h=$((s - a)) -v o=$((b - s)) '{ g = 1073741824
+            printf "%s %s %.2f %s %s %.2f", $3, $4, 12 * o / g, $6, $7, 12 * h / g }')
+        have=$(echo "$got" | awk '{ print $3, $4, $5, $6, $7, $9 }')
+        [ "$have" = "$want" ] ||
+            fail "--world 2 --rank $r --offload-layers $k: not '$want': $got"
+    done
+done
+# Without --rank: the rank with the largest device peak, rank 1 (the
+# partial granule's, offloaded last), with all of its state on the host.
+run --preset small --seq 256 --world 2 --offload optimizer
+[ "$status" = 0 ] || fail "--world 2 --offload optimizer: exit $status: $(cat "$tmp/err")"
+a=$((G / 2 * 4096))
+grep -qxF "offloaded on rank 1: the state of [$a, $params) ($((params - a))) in host memory, of [$params, $params) (0) on the device" \
+    "$tmp/out" || fail "--world 2 --offload optimizer: $(sed -n 2,3p "$tmp/out")"
+run --preset small --world 2 --offload optimizer+grads
+[ "$status" = 1 ] && grep -q "on a sharded optimizer: gradient offload is not built for data parallel" "$tmp/err" ||
+    fail "--world 2 --offload optimizer+grads: exit $status: $(cat "$tmp/err")"
 
 # CUDA: arithmetic only, so no GPU or driver is needed.
 run --preset small --seq 256 --backend cuda

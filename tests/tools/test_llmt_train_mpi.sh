@@ -6,7 +6,8 @@
 # decoded by tests/tools/shards_equal_v1.py), as `-n 3` (the four
 # micro-batches of a step split unevenly; deterministic mode) and as one
 # process summing micro-batches in order (`mpiexec -n 1 ...
-# batch.accumulation=ordered`), and only
+# batch.accumulation=ordered`), and `-n 2` with the optimizer's state of a
+# prefix offloaded writes the files of `-n 2` without, and only
 # rank 0 writes --out (a second lock holder would fail the run); a fast
 # tier local to each node (two working directories) keeps each node's
 # files, resumes to the same bytes, and --start-over does not set them
@@ -115,6 +116,15 @@ for n in 2 3; do
     python3 "$(dirname "$0")/shards_equal_v1.py" "$tmp/np$n/checkpoints/step-00000003" \
         "$tmp/np1/checkpoints/step-00000003" > "$tmp/eq.log" 2>&1 ||
         fail "-n $n: optimizer state differs from -n 1: $(cat "$tmp/eq.log")"
+done
+# Two ranks with the optimizer's state of the embedding and layer 0
+# offloaded (rank 0's range straddles that prefix, rank 1's lies past it):
+# the same files as without offload, the shard files included.
+"$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" --out "$tmp/off2" optimizer.offload=optimizer \
+    optimizer.offload_layers=1 > "$tmp/off2.log" 2>&1 || fail "-n 2, offload: $(cat "$tmp/off2.log")"
+for f in model.safetensors optimizer-00001-of-00002.safetensors optimizer-00002-of-00002.safetensors; do
+    cmp "$tmp/np2/checkpoints/step-00000003/$f" "$tmp/off2/checkpoints/step-00000003/$f" ||
+        fail "-n 2: $f differs with the optimizer offloaded"
 done
 # --data-parallel as one rank: MPI's communicator of one, a sharded
 # checkpoint (one optimizer file) with the bytes of the ordered process.

@@ -14,6 +14,7 @@
 #include "model/model_internal.h"
 #include "test_batch.h"
 #include "test_context.h"
+#include "test_self_comm.h"
 
 enum { B = 4, MICRO = 2, T = 16, VOCAB = 48, D = 32, LAYERS = 2, HEADS = 4, KV = 2, FFN = 64 };
 enum { STEPS = 20, MAX_CHANGES = 6 };
@@ -82,6 +83,16 @@ static llmt_model_config model_config(int precision)
  * host and device segments falls inside one weight-decay run of update_all. */
 static int32_t decay_norms;
 
+static llmt_comm *self_comm(void)
+{
+    llmt_comm *comm = test_self_comm();
+    assert_non_null(comm);
+    return comm;
+}
+
+/* Non-NULL: run_open makes a sharded optimizer over it. */
+static llmt_comm *shard_comm;
+
 /* Creates a run whose optimizer is created with the placement (parts, layers);
  * returns the optimizer's status (the run is usable only on LLMT_OK). */
 static int run_open(run *r, llmt_context *ctx, int precision, int32_t parts, int32_t layers)
@@ -97,7 +108,9 @@ static int run_open(run *r, llmt_context *ctx, int precision, int32_t parts, int
     oc.decay_norms = decay_norms;
     oc.offload_parts = parts;
     oc.offload_layers = layers;
-    int rc = llmt_optimizer_create(&r->o, r->m, &oc);
+    int rc = shard_comm ? llmt_optimizer_create_sharded(&r->o, r->m, &oc, shard_comm,
+                                                        LLMT_REDUCE_DETERMINISTIC)
+                        : llmt_optimizer_create(&r->o, r->m, &oc);
     if (rc)
         return rc;
     assert_int_equal(llmt_slicer_create(&r->sl, r->m, MICRO), LLMT_OK);
@@ -253,6 +266,30 @@ static void test_migration_mid_run_bitwise(void **state)
         snapshot ref = train(precisions[p], LLMT_OFFLOAD_NONE, 0, NULL, 0);
         snapshot got = train(precisions[p], LLMT_OFFLOAD_NONE, 0, changes, 6);
         assert_same(&ref, &got, "moved mid-run");
+        drop(&got);
+        drop(&ref);
+    }
+}
+
+/* A sharded optimizer (one rank, which owns every element) offloads its
+ * state too: created with layers 1, then all, then none mid-run, each
+ * precision mode gives the bits of an unsharded optimizer without offload
+ * (its AdamW reads the reduced gradient sum, get_state gathers across the
+ * host and device segments). */
+static void test_sharded_bitwise(void **state)
+{
+    (void)state;
+    const placement_change changes[2] = {{5, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
+                                         {12, LLMT_OFFLOAD_NONE, 0}};
+    for (int p = 0; p < 4; p++) {
+        snapshot ref = train(precisions[p], LLMT_OFFLOAD_NONE, 0, NULL, 0);
+        shard_comm = self_comm();
+        snapshot got = train(precisions[p], LLMT_OFFLOAD_OPTIMIZER, 1, changes, 2);
+        llmt_comm_free(shard_comm);
+        shard_comm = NULL;
+        char what[64];
+        snprintf(what, sizeof what, "sharded, offloaded, precision %d", precisions[p]);
+        assert_same(&ref, &got, what);
         drop(&got);
         drop(&ref);
     }
@@ -497,44 +534,6 @@ static void test_checkpoint_across_placements(void **state)
         }
 }
 
-/* A communicator of one process, for the sharded optimizer's refusal. */
-static int self_alltoallv(void *user, const void *send, const size_t *send_bytes,
-                          const size_t *send_offsets, void *recv, const size_t *recv_bytes,
-                          const size_t *recv_offsets)
-{
-    (void)user;
-    if (send_bytes[0] != recv_bytes[0])
-        return 1;
-    memmove((char *)recv + recv_offsets[0], (const char *)send + send_offsets[0], send_bytes[0]);
-    return 0;
-}
-
-static int self_allgatherv(void *user, const void *send, void *recv, const size_t *bytes,
-                           const size_t *offsets)
-{
-    (void)user;
-    memmove((char *)recv + offsets[0], send, bytes[0]);
-    return 0;
-}
-
-static int self_broadcast(void *user, void *buf, size_t bytes, int32_t root)
-{
-    (void)user, (void)buf, (void)bytes;
-    return root != 0;
-}
-
-static int self_allreduce_i64(void *user, int64_t *values, size_t count, int32_t op)
-{
-    (void)user, (void)values, (void)count, (void)op;
-    return 0;
-}
-
-static int self_barrier(void *user)
-{
-    (void)user;
-    return 0;
-}
-
 /* Bad arguments are refused naming them, and nothing changes. */
 static void test_bad_arguments(void **state)
 {
@@ -595,25 +594,23 @@ static void test_bad_arguments(void **state)
     assert_int_equal(parts, LLMT_OFFLOAD_NONE);
     llmt_optimizer_free(o);
 
-    /* A sharded optimizer refuses offload (not built in this stage). */
-    llmt_comm_ops ops = LLMT_COMM_OPS_INIT;
-    ops.alltoallv = self_alltoallv;
-    ops.allgatherv = self_allgatherv;
-    ops.broadcast = self_broadcast;
-    ops.allreduce_i64 = self_allreduce_i64;
-    ops.barrier = self_barrier;
-    llmt_comm *comm = NULL;
-    assert_int_equal(llmt_comm_create(&comm, &ops), LLMT_OK);
+    /* A sharded optimizer offloads its state, not the gradients. */
+    llmt_comm *comm = self_comm();
     oc = (llmt_optimizer_config)LLMT_OPTIMIZER_CONFIG_INIT;
-    oc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    oc.offload_parts = BOTH;
     assert_int_equal(llmt_optimizer_create_sharded(&o, r.m, &oc, comm, LLMT_REDUCE_DETERMINISTIC),
                      LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "sharded");
-    oc.offload_parts = LLMT_OFFLOAD_NONE;
+    assert_contains(llmt_error_last(), "cfg->offload_parts = 3 on a sharded optimizer");
+    assert_null(o);
+    oc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     assert_int_equal(llmt_optimizer_create_sharded(&o, r.m, &oc, comm, LLMT_REDUCE_DETERMINISTIC),
                      LLMT_OK);
-    assert_int_equal(llmt_optimizer_set_offload(o, LLMT_OFFLOAD_OPTIMIZER, 1), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "sharded");
+    assert_int_equal(llmt_optimizer_set_offload(o, BOTH, 1), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "parts = 3 on a sharded optimizer");
+    assert_int_equal(llmt_optimizer_get_offload(o, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER); /* unchanged by the refusal */
+    assert_int_equal(layers, LLMT_OFFLOAD_ALL_LAYERS);
+    assert_int_equal(llmt_optimizer_set_offload(o, LLMT_OFFLOAD_OPTIMIZER, 1), LLMT_OK);
     assert_int_equal(llmt_optimizer_set_offload(o, LLMT_OFFLOAD_NONE, 0), LLMT_OK);
     llmt_optimizer_free(o);
     llmt_comm_free(comm);
@@ -724,6 +721,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placements_bitwise),
         cmocka_unit_test(test_migration_mid_run_bitwise),
+        cmocka_unit_test(test_sharded_bitwise),
         cmocka_unit_test(test_accounting),
         cmocka_unit_test(test_budget_fits_only_with_offload),
         cmocka_unit_test(test_host_budget_refuses),

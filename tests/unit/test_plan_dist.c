@@ -3,8 +3,8 @@
  * against a hand computation of the ZeRO-1 shard, uneven splits, ranks that
  * own nothing, the exchange window, the fit per rank, version 1 structs, and
  * errors that name the field; and measured: a sharded optimizer over a
- * communicator of one process, and an ordered slicer, after training steps
- * (several ranks: tests/mpi/test_plan_ranks.c). */
+ * communicator of one process, its state offloaded or not, and an ordered
+ * slicer, after training steps (several ranks: tests/mpi/test_plan_ranks.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -12,6 +12,7 @@
 
 #include "llmt/llmt.h"
 #include "test_context.h"
+#include "test_self_comm.h"
 
 /* The tiny model: vocab 41, d 32, 3 layers, 4 heads of 8 (2 kv), FFN 48,
  * untied: 2 x 41 x 32 + 3 x (2 x 32 + 2 x 32^2 + 2 x 32 x 16 + 3 x 32 x 48)
@@ -391,76 +392,38 @@ static void test_errors_named(void **state)
     assert_contains(llmt_error_last(), "out->version = 4, this library knows 1..3");
 }
 
-/* A communicator of one process: every collective moves this rank's bytes
- * to itself. */
-static int self_alltoallv(void *user, const void *send, const size_t *send_bytes,
-                          const size_t *send_offsets, void *recv, const size_t *recv_bytes,
-                          const size_t *recv_offsets)
-{
-    (void)user;
-    if (send_bytes[0] != recv_bytes[0])
-        return 1;
-    memmove((char *)recv + recv_offsets[0], (const char *)send + send_offsets[0], send_bytes[0]);
-    return 0;
-}
-
-static int self_allgatherv(void *user, const void *send, void *recv, const size_t *bytes,
-                           const size_t *offsets)
-{
-    (void)user;
-    memmove((char *)recv + offsets[0], send, bytes[0]);
-    return 0;
-}
-
-static int self_broadcast(void *user, void *buf, size_t bytes, int32_t root)
-{
-    (void)user, (void)buf, (void)bytes;
-    return root != 0;
-}
-
-static int self_allreduce_i64(void *user, int64_t *values, size_t count, int32_t op)
-{
-    (void)user, (void)values, (void)count, (void)op;
-    return 0;
-}
-
-static int self_barrier(void *user)
-{
-    (void)user;
-    return 0;
-}
-
 enum { B = 8, T = 12 };
 
 /* Two training steps of a batch of B in micro-batches of micro on a fresh
  * context (sharded over a communicator of one when sharded, else with an
- * optimizer of its own and the slicer's accumulation); the plan (world_size
- * 1 when sharded, else the accumulation and the global batch B) must equal
- * the measured peak of every category. */
-static void check_measured(int precision, int sharded, int32_t accumulation, int32_t micro)
+ * optimizer of its own and the slicer's accumulation), the optimizer's
+ * state of the first offload_layers layers (0: none) in host memory; the
+ * plan (world_size 1 when sharded, else the accumulation and the global
+ * batch B) must equal the measured peak of every category, and the
+ * optimizer's device and host bytes the context's current bytes. */
+static void check_measured(int precision, int sharded, int32_t accumulation, int32_t micro,
+                           int32_t offload_layers)
 {
     llmt_plan_config pc = tiny(precision, sharded ? 1 : 0, -1);
     pc.seq_len = T;
     pc.micro_batch = micro;
     pc.batch_size = B;
     pc.ordered_accumulation = accumulation == LLMT_ACCUMULATE_ORDERED;
+    pc.offload_parts = offload_layers ? LLMT_OFFLOAD_OPTIMIZER : LLMT_OFFLOAD_NONE;
+    pc.offload_layers = offload_layers;
     llmt_context *ctx = test_context(2, 1);
     llmt_plan p = LLMT_PLAN_INIT;
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
-    llmt_comm_ops ops = LLMT_COMM_OPS_INIT;
-    ops.alltoallv = self_alltoallv;
-    ops.allgatherv = self_allgatherv;
-    ops.broadcast = self_broadcast;
-    ops.allreduce_i64 = self_allreduce_i64;
-    ops.barrier = self_barrier;
     llmt_comm *comm = NULL;
     llmt_model *m = NULL;
     llmt_optimizer *o = NULL;
     llmt_slicer *sl = NULL;
     llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.offload_parts = pc.offload_parts;
+    oc.offload_layers = offload_layers;
     assert_int_equal(llmt_model_create(&m, ctx, &pc.model), LLMT_OK);
     if (sharded) {
-        assert_int_equal(llmt_comm_create(&comm, &ops), LLMT_OK);
+        assert_non_null(comm = test_self_comm());
         assert_int_equal(llmt_optimizer_create_sharded(&o, m, &oc, comm, LLMT_REDUCE_DETERMINISTIC),
                          LLMT_OK);
     } else {
@@ -487,11 +450,15 @@ static void check_measured(int precision, int sharded, int32_t accumulation, int
     assert_int_equal(llmt_context_memory_stats(ctx, &s), LLMT_OK);
     for (int c = 0; c < LLMT_MEM_CATEGORY_COUNT; c++)
         if (s.peak[c] != p.bytes[c])
-            fail_msg("precision %d, sharded %d, accumulation %d, micro-batch %d: %s planned "
-                     "%llu, measured peak %llu", precision, sharded, accumulation, micro,
-                     llmt_mem_category_name(c), (unsigned long long)p.bytes[c],
-                     (unsigned long long)s.peak[c]);
+            fail_msg("precision %d, sharded %d, accumulation %d, micro-batch %d, offload %d "
+                     "layers: %s planned %llu, measured peak %llu", precision, sharded,
+                     accumulation, micro, offload_layers, llmt_mem_category_name(c),
+                     (unsigned long long)p.bytes[c], (unsigned long long)s.peak[c]);
     assert_int_equal(s.total_peak, p.peak);
+    assert_int_equal(s.current[LLMT_MEM_OPTIMIZER], p.bytes[LLMT_MEM_OPTIMIZER]);
+    assert_int_equal(s.current[LLMT_MEM_HOST_STATE], p.bytes[LLMT_MEM_HOST_STATE]);
+    assert_int_equal(p.host_peak, p.bytes[LLMT_MEM_HOST_STATE]);
+    assert_true((offload_layers > 0) == (s.current[LLMT_MEM_HOST_STATE] > 0));
     llmt_slicer_free(sl);
     llmt_optimizer_free(o);
     llmt_comm_free(comm);
@@ -500,16 +467,20 @@ static void check_measured(int precision, int sharded, int32_t accumulation, int
 }
 
 /* A world of one owns everything and still allocates the owner's gradient
- * sum and the exchange buffer; an ordered slicer's extra buffer appears only
- * with more than one micro-batch. */
+ * sum and the exchange buffer; offloaded, the state of the embedding and
+ * its first one or two layers (9056 or 16800 of 25888 elements) is on the
+ * host; an ordered slicer's extra buffer appears only with more than one
+ * micro-batch. */
 static void test_measured(void **state)
 {
     (void)state;
-    for (int prec = 0; prec < 4; prec++)
-        check_measured(prec, 1, LLMT_ACCUMULATE_IN_PLACE, 4);
-    check_measured(LLMT_PRECISION_BF16_MIXED, 0, LLMT_ACCUMULATE_ORDERED, 4);
-    check_measured(LLMT_PRECISION_FP32, 0, LLMT_ACCUMULATE_ORDERED, 3); /* 3, 3, 2 */
-    check_measured(LLMT_PRECISION_FP32, 0, LLMT_ACCUMULATE_ORDERED, B);
+    for (int prec = 0; prec < 4; prec++) {
+        check_measured(prec, 1, LLMT_ACCUMULATE_IN_PLACE, 4, 0);
+        check_measured(prec, 1, LLMT_ACCUMULATE_IN_PLACE, 4, 1 + prec % 2);
+    }
+    check_measured(LLMT_PRECISION_BF16_MIXED, 0, LLMT_ACCUMULATE_ORDERED, 4, 0);
+    check_measured(LLMT_PRECISION_FP32, 0, LLMT_ACCUMULATE_ORDERED, 3, 0); /* 3, 3, 2 */
+    check_measured(LLMT_PRECISION_FP32, 0, LLMT_ACCUMULATE_ORDERED, B, 0);
 }
 
 int main(void)

@@ -8,7 +8,9 @@
  * With gradient offload (OPTIMIZER | GRADS) the plan equals the measured
  * peaks of a step after llmt_optimizer_set_offload, its bytes match the
  * gradient split and bucket counted by hand, and the fit's rungs offload
- * the gradients too. */
+ * the gradients too. A sharded optimizer's rank offloads the part of its
+ * range inside the prefix (every rank against a hand count; rank -1 the
+ * largest device peak); gradient offload with world_size is refused. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -321,6 +323,98 @@ static void test_offload_moves_only_optimizer_bytes(void **state)
     llmt_context_free(ctx);
 }
 
+/* One rank of a sharded optimizer over world ranks, its state offloaded
+ * for layers: for each rank, the plan's range [first, end) with the hand
+ * prefix clamped to it, split, gives OPTIMIZER = the state of [split, end)
+ * and HOST_STATE = that of [first, split) (no staging on the CPU); the
+ * range and every other category are those of the same rank without
+ * offload. Rank -1 is the lowest rank whose plan has the largest device
+ * peak, which is want_largest. */
+static void check_sharded_offload(llmt_context *ctx, int precision, int32_t world, int32_t layers,
+                                  int32_t want_largest)
+{
+    enum { MAX_WORLD = 16 };
+    assert_true(world <= MAX_WORLD);
+    llmt_plan_config pc = plan_config(precision);
+    pc.world_size = world;
+    const uint64_t per = state_bytes(precision);
+    const int64_t pre = prefix(layers);
+    llmt_plan got[MAX_WORLD];
+    int32_t largest = 0;
+    for (int32_t r = 0; r < world; r++) {
+        llmt_plan none = LLMT_PLAN_INIT;
+        got[r] = none;
+        pc.rank = r;
+        pc.offload_parts = LLMT_OFFLOAD_NONE;
+        pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+        assert_int_equal(llmt_plan_compute(ctx, &pc, &none), LLMT_OK);
+        pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+        pc.offload_layers = layers;
+        assert_int_equal(llmt_plan_compute(ctx, &pc, &got[r]), LLMT_OK);
+        const llmt_plan *g = &got[r];
+        const int64_t first = g->shard_first, end = g->shard_end;
+        const int64_t split = pre < first ? first : pre > end ? end : pre;
+        assert_int_equal(g->rank, r);
+        assert_int_equal(first, none.shard_first);
+        assert_int_equal(end, none.shard_end);
+        assert_int_equal(none.bytes[LLMT_MEM_OPTIMIZER], (uint64_t)(end - first) * per);
+        const uint64_t host = (uint64_t)(split - first) * per;
+        if (g->bytes[LLMT_MEM_OPTIMIZER] != (uint64_t)(end - split) * per ||
+            g->bytes[LLMT_MEM_HOST_STATE] != host || g->host_peak != host)
+            fail_msg("precision %d, %d ranks, rank %d [%lld, %lld), offload %d layers (prefix "
+                     "%lld): optimizer %llu, host %llu (host_peak %llu), by hand %llu and %llu",
+                     precision, world, r, (long long)first, (long long)end, layers,
+                     (long long)pre, (unsigned long long)g->bytes[LLMT_MEM_OPTIMIZER],
+                     (unsigned long long)g->bytes[LLMT_MEM_HOST_STATE],
+                     (unsigned long long)g->host_peak, (unsigned long long)((end - split) * per),
+                     (unsigned long long)host);
+        for (int cat = 0; cat < LLMT_MEM_CATEGORY_SLOTS; cat++)
+            if (cat != LLMT_MEM_OPTIMIZER && cat != LLMT_MEM_HOST_STATE)
+                assert_int_equal(g->bytes[cat], none.bytes[cat]);
+        assert_int_equal(g->peak, none.peak - host);
+        if (g->peak > got[largest].peak)
+            largest = r;
+    }
+    assert_int_equal(largest, want_largest);
+    llmt_plan any = LLMT_PLAN_INIT;
+    pc.rank = -1;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &any), LLMT_OK);
+    assert_int_equal(any.rank, largest);
+    assert_int_equal(any.shard_first, got[largest].shard_first);
+    for (int cat = 0; cat < LLMT_MEM_CATEGORY_SLOTS; cat++)
+        assert_int_equal(any.bytes[cat], got[largest].bytes[cat]);
+    assert_int_equal(any.peak, got[largest].peak);
+}
+
+/* 7 granules (25888 parameters) over 1, 2, 3 and 16 ranks, with prefixes 0,
+ * 9056 (the embedding and layer 0), 16800, 24544 (all layers, not the tail)
+ * and 25888 (all): ranks wholly inside the prefix, past it, and split by it.
+ * The largest rank is the last on 2 and 3 ranks (it holds the most, the
+ * partial granule included, and is offloaded last). On 16 ranks, ranks 2,
+ * 4, 6, 9, 11 and 13 own a granule each and 15 the last 1312 elements:
+ * without offload, or all of it, rank 2 (the lowest with a whole granule)
+ * is the largest; otherwise the lowest that keeps the most state on the
+ * device: 9 (the first granule past 9056), 13 (past 16800), 13 again (its
+ * [20480, 24576) split at 24544 keeps 32 elements', rank 15's smaller
+ * gradient sum and receive buffer weigh less). */
+static void test_sharded_offload_per_rank(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(1, 1);
+    const int precisions[4] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
+                               LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
+    const int32_t layers[5] = {0, 1, 2, L, LLMT_OFFLOAD_ALL_LAYERS};
+    const int32_t largest_of_16[5] = {2, 9, 13, 13, 2};
+    for (int p = 0; p < 4; p++)
+        for (int k = 0; k < 5; k++) {
+            check_sharded_offload(ctx, precisions[p], 1, layers[k], 0);
+            check_sharded_offload(ctx, precisions[p], 2, layers[k], 1);
+            check_sharded_offload(ctx, precisions[p], 3, layers[k], 2);
+            check_sharded_offload(ctx, precisions[p], 16, layers[k], largest_of_16[k]);
+        }
+    llmt_context_free(ctx);
+}
+
 /* On CUDA (whose memory the host cannot read) the host segment comes with
  * two staging buffers (gradients in, weights out) of two halves each (the
  * copies of one chunk overlap the host's AdamW on the next), a half being
@@ -351,6 +445,17 @@ static void test_cuda_staging(void **state)
     assert_int_equal(cuda.bytes[LLMT_MEM_GRADS], (uint64_t)(PARAMS - 8192 + 2 * 8320) * 2);
     assert_int_equal(cuda.host_peak, host * 12 + 2 * 2 * host * 2 + 8192 * 2);
     pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    /* A sharded rank stages its own host segment: on 3 ranks rank 1 owns
+     * [8192, 16384), of which [8192, 9056) is offloaded; rank 2 nothing. */
+    pc.world_size = 3;
+    pc.rank = 1;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
+    assert_int_equal(cuda.host_peak, 864 * 12 + 2 * 2 * 864 * 2);
+    pc.rank = 2;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CUDA, 1, &pc, &cuda), LLMT_OK);
+    assert_int_equal(cuda.host_peak, 0);
+    pc.world_size = 0;
+    pc.rank = -1;
     /* LLaMA-7B, all offloaded: the staging is capped at 2^22 elements. */
     pc.model.vocab_size = 32000, pc.model.hidden_size = 4096, pc.model.num_layers = 32;
     pc.model.num_heads = pc.model.num_kv_heads = 32, pc.model.ffn_size = 11008;
@@ -527,11 +632,18 @@ static void test_invalid_offload_fields(void **state)
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "needs cfg->with_optimizer = 1");
     pc.with_optimizer = 1;
+    /* A sharded optimizer offloads its state, not its gradients. */
     pc.world_size = 2;
-    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "sharded optimizer");
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
     int32_t b, r, k;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, &k), LLMT_OK);
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "cfg->offload_parts (with cfg->world_size) = 3 on a "
+                    "sharded optimizer: gradient offload is not built for data parallel");
     assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, &k), LLMT_EUNSUPPORTED);
+    assert_contains(llmt_error_last(), "gradient offload is not built for data parallel");
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     pc.world_size = 0;
     assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, NULL), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "offload_layers is NULL");
@@ -551,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_offload_moves_only_optimizer_bytes),
         cmocka_unit_test(test_plan_equals_measured_with_grads_offload),
         cmocka_unit_test(test_grads_offload_bytes),
+        cmocka_unit_test(test_sharded_offload_per_rank),
         cmocka_unit_test(test_fit_offload_with_grads),
         cmocka_unit_test(test_cuda_staging),
         cmocka_unit_test(test_fit_offload_ladder),
