@@ -164,7 +164,7 @@ static int upgrade_plan_config(const llmt_plan_config *in, llmt_plan_config *out
 /* What an optimizer owning [first, end) allocates: its state's device
  * segment [split, end) (OPTIMIZER) and host segment [first, split) with its
  * staging (HOST_STATE), split being the offloaded prefix's end clamped to
- * the range (llmt_offload_split's rule), and for one rank of a sharded
+ * the range (llmt_offload_split_of), and for one rank of a sharded
  * optimizer (llmt_optimizer_create_sharded) the owner's gradient sum (fp32)
  * and the exchange receive buffer. */
 typedef struct shard_bytes {
@@ -177,7 +177,7 @@ typedef struct shard_bytes {
 static void state_bytes(int precision, size_t elem, int64_t prefix, int host_memory,
                         shard_bytes *out)
 {
-    int64_t split = prefix < out->first ? out->first : prefix > out->end ? out->end : prefix;
+    int64_t split = llmt_offload_split_of(prefix, out->first, out->end);
     size_t moment = 0, master = 0, host_moment = 0, host_master = 0;
     llmt_optimizer_sizes(precision, out->end - split, &moment, &master);
     llmt_optimizer_sizes(precision, split - out->first, &host_moment, &host_master);

@@ -64,8 +64,12 @@ int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t nu
 
 int64_t llmt_offload_split(const llmt_optimizer *o, int32_t parts, int32_t layers)
 {
-    int64_t p = llmt_offload_prefix(o->model, parts, layers);
-    return p < o->first ? o->first : p > o->end ? o->end : p;
+    return llmt_offload_split_of(llmt_offload_prefix(o->model, parts, layers), o->first, o->end);
+}
+
+int64_t llmt_offload_split_of(int64_t prefix, int64_t first, int64_t end)
+{
+    return prefix < first ? first : prefix > end ? end : prefix;
 }
 
 size_t llmt_offload_staging_bytes(int host_memory, int64_t host_elems, size_t w_size)

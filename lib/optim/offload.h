@@ -29,6 +29,11 @@ typedef struct llmt_model llmt_model;
  * layers must have been checked (llmt_offload_check). */
 int64_t llmt_offload_prefix(const llmt_model *m, int32_t parts, int32_t layers);
 
+/* Where the host segment of an optimizer owning [first, end) ends when the
+ * prefix [0, prefix) is offloaded: prefix clamped to the range (the
+ * optimizer's placement and the planner's both use it). */
+int64_t llmt_offload_split_of(int64_t prefix, int64_t first, int64_t end);
+
 /* Validates an offload parts value (NONE, OPTIMIZER, OPTIMIZER | GRADS),
  * naming fn and the argument `name` at fault (LLMT_EINVAL). */
 int llmt_offload_check_parts(const char *fn, const char *name, int32_t parts);
