@@ -2,7 +2,20 @@
  * with headroom, fit after an allocation failure. Predictions replace the
  * bytes the current notch accounts for (the arena, and the optimizer state
  * it leaves on the device) in the measured peak by a candidate's, computed
- * by the functions the model and optimizer allocate with. */
+ * by the functions the model and optimizer allocate with.
+ *
+ * Data parallel (a sharded optimizer): a rank's bytes differ from another's
+ * (its optimizer range, so the state an offload rung moves), so each rank
+ * makes its own candidate decision from its own peak, capacity and
+ * predictions, and one allreduce (MAX) per decision point makes it every
+ * rank's: escalate to the heaviest of the ranks' targets, relax only when
+ * every rank predicts headroom, fit to the heaviest of the ranks' least
+ * fitting notches, and fail on every rank when one has none. A rank's
+ * failures and its placement's outcome travel in that agreement, so every
+ * rank runs the same collectives whatever its own branch; a move is agreed
+ * after it is made. A heavier notch than a rank's own choice drops more
+ * (recompute, offload, micro-batch), so it fits that rank too; should it
+ * not, that rank's next step escalates again, alike on every rank. */
 #include <stdio.h>
 
 #include "core/context_internal.h"
@@ -13,6 +26,12 @@
 static double mib(uint64_t b)
 {
     return (double)b / 1048576.0;
+}
+
+/* The communicator of a data-parallel run; NULL in one process. */
+static llmt_comm *comm_of(const llmt_trainer *tr)
+{
+    return tr->parts.optimizer->comm;
 }
 
 /* Moves the optimizer's state to notch k's placement (see
@@ -37,6 +56,29 @@ static int move_to(llmt_trainer *tr, int64_t k)
     return LLMT_OK;
 }
 
+/* Data parallel: decides once, before the first placement, whether the
+ * offload rungs place the ranks' optimizers: only when every rank's may be
+ * placed (the ladders, and so the notches, must be the same); when the
+ * ranks differ (an owner offloaded on some rank) none is, logged.
+ * Collective on its first call, which every rank makes at the same
+ * decision point. One process: llmt_controller_place attaches. */
+static int attach(llmt_trainer *tr)
+{
+    llmt_controller *c = &tr->ctl;
+    llmt_comm *comm = comm_of(tr);
+    if (c->attached || !comm)
+        return LLMT_OK;
+    int own = 0;
+    LLMT_TRY(llmt_controller_placeable(tr->parts.optimizer, &own));
+    int64_t v[2] = {own != 0, own == 0}; /* MAX: some rank may be placed, some may not */
+    LLMT_TRY(llmt_comm_allreduce_i64(comm, "controller placement", v, 2, LLMT_COMM_MAX));
+    if (v[0] && v[1])
+        llmt_trainer_log(tr, "escalate", "step %lld: the ranks' optimizers start placed "
+                         "differently (an offload set on some rank): the offload rungs place "
+                         "none of them", (long long)tr->step);
+    return llmt_controller_attach(c, tr->parts.optimizer, v[1] == 0);
+}
+
 /* Gives the optimizer the current notch's placement: the first decision
  * after creation, or after a resume whose notch is an offload rung. Sets
  * *moved when the state moved (the step just measured had another). */
@@ -44,103 +86,239 @@ static int sync_placement(llmt_trainer *tr, int *moved)
 {
     const llmt_optimizer *o = tr->parts.optimizer;
     int64_t split = o->split;
+    *moved = 0;
     LLMT_TRY(place(tr, tr->ctl.notch));
     *moved = o->split != split;
+    return LLMT_OK;
+}
+
+/* One rank's part of a decision, agreed entry by entry as the MAX over the
+ * ranks (in one process: its own). */
+enum {
+    AG_FAILED, /* size - rank of the lowest rank whose own work failed; 0: none */
+    AG_STAYED, /* a placement the budget refused: the state stays as it is */
+    AG_MOVED,  /* the state moved to the notch's placement */
+    AG_NOTCH,  /* the notch wanted: the escalation or fit target; max + 1: none fits */
+    AG_VETO,   /* relaxing predicts no headroom */
+    AG_NONE,   /* size - rank of the lowest rank where no notch fits; 0: none */
+    AG_COUNT
+};
+
+/* Agrees v across the ranks of a data-parallel run (nothing in one
+ * process). rc is this rank's own failure (its message is kept): it
+ * becomes v[AG_FAILED]. Returns rc, or LLMT_ECOMM naming the failed rank
+ * on the others, or the collective's failure. */
+static int agree(llmt_trainer *tr, int rc, int64_t *v)
+{
+    llmt_comm *comm = comm_of(tr);
+    if (!comm)
+        return rc;
+    const int32_t me = llmt_comm_rank(comm), n = llmt_comm_size(comm);
+    char own[512];
+    if (rc)
+        snprintf(own, sizeof own, "%s", llmt_error_last());
+    v[AG_FAILED] = rc ? n - me : 0;
+    int crc = llmt_comm_allreduce_i64(comm, "controller decision", v, AG_COUNT, LLMT_COMM_MAX);
+    if (rc && crc) {
+        char agreement[512];
+        snprintf(agreement, sizeof agreement, "%s", llmt_error_last());
+        return llmt_fail(crc, "%s (this rank had failed before: %s)", agreement, own);
+    }
+    if (rc)
+        return llmt_fail(rc, "%s", own);
+    if (crc || !v[AG_FAILED])
+        return crc;
+    return llmt_fail(LLMT_ECOMM, "rank %d: rank %lld failed in the adaptive controller", me,
+                     (long long)(n - v[AG_FAILED]));
+}
+
+/* A move every rank made (or tried): its failure on any rank becomes every
+ * rank's (the lowest failed rank's status in *failed). */
+static int agree_move(llmt_trainer *tr, int rc, int *failed)
+{
+    llmt_comm *comm = comm_of(tr);
+    *failed = rc;
+    return comm ? llmt_comm_agree_code(comm, rc, failed) : rc;
+}
+
+/* The figures of this rank's candidates after a step, which the logs give. */
+typedef struct candidate {
+    uint64_t other;  /* the peak's bytes that the notch leaves */
+    double ratio;    /* peak over capacity */
+    int64_t found;   /* the lightest notch under the threshold; -1: none */
+    int64_t lighter; /* the notch relaxing moves to (the notch itself: none) */
+    uint64_t lighter_bytes;
+} candidate;
+
+/* This rank's candidates after a step that peaked at `peak` of `cap`
+ * bytes: when over the threshold (with a heavier notch left) the
+ * escalation target into v[AG_NOTCH] (max + 1 when none gets under it),
+ * and whether relaxing would leave no headroom into v[AG_VETO]. */
+static int propose(llmt_trainer *tr, uint64_t peak, uint64_t cap, candidate *cd, int64_t *v)
+{
+    llmt_controller *c = &tr->ctl;
+    uint64_t current = 0;
+    LLMT_TRY(llmt_controller_bytes(c, c->notch, &current));
+    cd->other = peak > current ? peak - current : 0; /* everything the notch leaves */
+    cd->ratio = (double)peak / (double)cap;
+    cd->found = -1;
+    if (cd->ratio > tr->cfg.memory_threshold && c->notch < c->max) {
+        uint64_t limit = (uint64_t)(tr->cfg.memory_threshold * (double)cap);
+        LLMT_TRY(llmt_controller_find(c, cd->other, limit, &cd->found));
+        v[AG_NOTCH] = cd->found >= 0 ? cd->found : c->max + 1;
+    }
+    /* The relax window counts this step (since_change is the same on every
+     * rank): the prediction is needed only when the window is full. */
+    cd->lighter = llmt_controller_lighter(c, c->notch);
+    v[AG_VETO] = 1;
+    if (cd->lighter < c->notch && tr->since_change + 1 >= tr->cfg.relax_window) {
+        LLMT_TRY(llmt_controller_bytes(c, cd->lighter, &cd->lighter_bytes));
+        double predicted = (double)(cd->other + cd->lighter_bytes) / (double)cap;
+        v[AG_VETO] = !(predicted < tr->cfg.memory_threshold - tr->cfg.hysteresis);
+    }
+    return LLMT_OK;
+}
+
+/* Escalates to the agreed notch (above the current). */
+static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candidate *cd,
+                    int64_t agreed)
+{
+    llmt_controller *c = &tr->ctl;
+    int64_t target = agreed <= c->max ? agreed : c->max;
+    uint64_t next = 0;
+    LLMT_TRY(llmt_controller_bytes(c, target, &next));
+    char from[320], to[320];
+    llmt_controller_describe(c, c->notch, from, sizeof from);
+    llmt_controller_describe(c, target, to, sizeof to);
+    double predicted = (double)(cd->other + next) / (double)cap;
+    if (!comm_of(tr))
+        llmt_trainer_log(tr, "escalate", "step %lld: peak %.1f MiB is %.3f of capacity %.1f MiB, "
+                         "over the threshold %.2f: escalating from [%s] to [%s], predicted peak "
+                         "%.1f MiB (%.3f)%s", (long long)tr->step, mib(peak), cd->ratio, mib(cap),
+                         tr->cfg.memory_threshold, from, to, mib(cd->other + next), predicted,
+                         cd->found >= 0 ? "" : "; the heaviest setting, still over the threshold");
+    else
+        llmt_trainer_log(tr, "escalate", "step %lld: a rank's peak is over the threshold %.2f "
+                         "(this rank's: %.1f MiB, %.3f of capacity %.1f MiB): every rank "
+                         "escalating from [%s] to [%s], the heaviest of the ranks' choices; "
+                         "predicted peak on this rank %.1f MiB (%.3f)%s", (long long)tr->step,
+                         tr->cfg.memory_threshold, mib(peak), cd->ratio, mib(cap), from, to,
+                         mib(cd->other + next), predicted,
+                         agreed <= c->max ? "" : "; the heaviest setting, still over the "
+                                                 "threshold on some rank");
+    int failed = LLMT_OK;
+    return agree_move(tr, move_to(tr, target), &failed);
+}
+
+/* Relaxes to the lighter notch, which every rank predicted under the
+ * threshold less the hysteresis. A budget that refuses the move on any
+ * rank leaves every rank where it was (the ranks that moved go back). */
+static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
+{
+    llmt_controller *c = &tr->ctl;
+    const int64_t was = c->notch;
+    char from[320], to[320];
+    llmt_controller_describe(c, was, from, sizeof from);
+    llmt_controller_describe(c, cd->lighter, to, sizeof to);
+    double predicted = (double)(cd->other + cd->lighter_bytes) / (double)cap;
+    llmt_trainer_log(tr, "relax", "step %lld: %lld steps at most %.3f of capacity%s: "
+                     "relaxing from [%s] to [%s], predicted peak %.1f MiB (%.3f, under %.2f)",
+                     (long long)tr->step, (long long)tr->since_change, cd->ratio,
+                     comm_of(tr) ? " on this rank, every rank predicting headroom" : "", from, to,
+                     mib(cd->other + cd->lighter_bytes), predicted,
+                     tr->cfg.memory_threshold - tr->cfg.hysteresis);
+    int own = move_to(tr, cd->lighter), failed = LLMT_OK;
+    int rc = agree_move(tr, own, &failed);
+    if (!rc)
+        return LLMT_OK;
+    if (failed != LLMT_ENOMEM)
+        return rc;
+    /* A rank's state could not move back (a budget refused it): the ranks
+     * that moved go back to the notch the others kept, and a rank's other
+     * failure meanwhile is every rank's. */
+    char why[512];
+    snprintf(why, sizeof why, "%s", llmt_error_last());
+    if (!own)
+        LLMT_TRY(agree_move(tr, move_to(tr, was), &failed));
+    else if (comm_of(tr))
+        LLMT_TRY(agree_move(tr, own == LLMT_ENOMEM ? LLMT_OK : llmt_fail(own, "%s", why),
+                            &failed));
+    /* The notch is as it was; try again after another window. */
+    llmt_trainer_log(tr, "relax", "step %lld: relaxing refused, staying at [%s]: %s",
+                     (long long)tr->step, from, why);
+    tr->since_change = 0;
     return LLMT_OK;
 }
 
 int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
 {
     llmt_controller *c = &tr->ctl;
+    int64_t v[AG_COUNT] = {0};
+    v[AG_NOTCH] = c->notch;
+    candidate cd = {0};
     int moved = 0;
-    int rc = sync_placement(tr, &moved);
+    char stayed[512] = "a rank's budget refused the move to the notch's placement";
+    int rc = attach(tr);
+    if (!rc)
+        rc = sync_placement(tr, &moved);
     if (rc == LLMT_ENOMEM) { /* the step is applied: it stays placed as it is */
+        snprintf(stayed, sizeof stayed, "%s", llmt_error_last());
+        v[AG_STAYED] = 1;
+        rc = LLMT_OK;
+    }
+    v[AG_MOVED] = moved;
+    if (!rc && !v[AG_STAYED] && !moved)
+        rc = propose(tr, peak, cap, &cd, v);
+    LLMT_TRY(agree(tr, rc, v));
+    if (v[AG_STAYED]) {
         llmt_trainer_log(tr, "escalate", "step %lld: the optimizer stays placed as it is (%s)",
-                         (long long)tr->step, llmt_error_last());
+                         (long long)tr->step, stayed);
         return LLMT_OK;
     }
-    LLMT_TRY(rc);
-    if (moved) /* the peak was measured with another placement: decide next step */
+    if (v[AG_MOVED]) /* the peak was measured with another placement: decide next step */
         return LLMT_OK;
-    uint64_t current = 0;
-    LLMT_TRY(llmt_controller_bytes(c, c->notch, &current));
-    uint64_t other = peak > current ? peak - current : 0; /* everything the notch leaves */
-    double ratio = (double)peak / (double)cap;
-    char from[320], to[320];
     tr->since_change++;
-    if (ratio > tr->cfg.memory_threshold && c->notch < c->max) {
-        uint64_t limit = (uint64_t)(tr->cfg.memory_threshold * (double)cap);
-        int64_t k = -1;
-        LLMT_TRY(llmt_controller_find(c, other, limit, &k));
-        int64_t target = k >= 0 ? k : c->max;
-        uint64_t next = 0;
-        LLMT_TRY(llmt_controller_bytes(c, target, &next));
-        llmt_controller_describe(c, c->notch, from, sizeof from);
-        llmt_controller_describe(c, target, to, sizeof to);
-        llmt_trainer_log(tr, "escalate", "step %lld: peak %.1f MiB is %.3f of capacity %.1f MiB, "
-                         "over the threshold %.2f: escalating from [%s] to [%s], predicted peak "
-                         "%.1f MiB (%.3f)%s", (long long)tr->step, mib(peak), ratio, mib(cap),
-                         tr->cfg.memory_threshold, from, to, mib(other + next),
-                         (double)(other + next) / (double)cap,
-                         k >= 0 ? "" : "; the heaviest setting, still over the threshold");
-        return move_to(tr, target);
-    }
-    int64_t lighter_notch = llmt_controller_lighter(c, c->notch);
-    if (lighter_notch < c->notch && tr->since_change >= tr->cfg.relax_window) {
-        uint64_t lighter = 0;
-        LLMT_TRY(llmt_controller_bytes(c, lighter_notch, &lighter));
-        double predicted = (double)(other + lighter) / (double)cap;
-        if (predicted < tr->cfg.memory_threshold - tr->cfg.hysteresis) {
-            llmt_controller_describe(c, c->notch, from, sizeof from);
-            llmt_controller_describe(c, lighter_notch, to, sizeof to);
-            llmt_trainer_log(tr, "relax", "step %lld: %lld steps at most %.3f of capacity: "
-                             "relaxing from [%s] to [%s], predicted peak %.1f MiB (%.3f, under "
-                             "%.2f)", (long long)tr->step, (long long)tr->since_change, ratio,
-                             from, to, mib(other + lighter), predicted,
-                             tr->cfg.memory_threshold - tr->cfg.hysteresis);
-            int rc = move_to(tr, lighter_notch);
-            if (rc != LLMT_ENOMEM)
-                return rc;
-            /* The state could not move back (a budget refused it): the
-             * notch is as it was; try again after another window. */
-            llmt_trainer_log(tr, "relax", "step %lld: relaxing refused, staying at [%s]: %s",
-                             (long long)tr->step, from, llmt_error_last());
-            tr->since_change = 0;
-        }
-    }
+    if (v[AG_NOTCH] > c->notch)
+        return escalate(tr, peak, cap, &cd, v[AG_NOTCH]);
+    if (cd.lighter < c->notch && tr->since_change >= tr->cfg.relax_window && !v[AG_VETO])
+        return relax(tr, &cd, cap);
     return LLMT_OK;
 }
 
 int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
 {
     llmt_controller *c = &tr->ctl;
-    char to_placed[320];
+    llmt_comm *comm = comm_of(tr);
+    int64_t v[AG_COUNT] = {0};
     int moved = 0;
-    LLMT_TRY(sync_placement(tr, &moved));
-    if (moved) { /* the notch (a resumed one) had not placed the optimizer yet */
-        llmt_controller_describe(c, c->notch, to_placed, sizeof to_placed);
-        llmt_trainer_log(tr, "escalate", "step %lld: out of memory (%s): retrying the same batch "
-                         "with the optimizer placed as [%s] says", (long long)tr->step + 1, why,
-                         to_placed);
-        return LLMT_OK;
-    }
+    int rc = attach(tr);
+    if (!rc)
+        rc = sync_placement(tr, &moved);
+    v[AG_MOVED] = moved;
     llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
-    LLMT_TRY(llmt_context_memory_stats(tr->ctx, &ms));
+    if (!rc)
+        rc = llmt_context_memory_stats(tr->ctx, &ms);
     uint64_t budget = ms.budget ? ms.budget : ms.device_total;
     uint64_t in_use = ms.total_current; /* the arena is released */
     uint64_t room = budget > in_use ? budget - in_use : 0;
-    llmt_comm *comm = tr->parts.optimizer->comm;
-    if (comm) { /* every rank takes the smallest room, so all choose alike */
-        int64_t least_room = -(int64_t)room;
-        LLMT_TRY(llmt_comm_allreduce_i64(comm, "memory room", &least_room, 1, LLMT_COMM_MAX));
-        room = (uint64_t)-least_room;
-    }
     /* A notch's bytes include the optimizer state it leaves on the device,
      * which in_use holds for the current placement: that is room too. */
     uint64_t placed = llmt_controller_placed_bytes(c);
     int64_t k = -1;
-    LLMT_TRY(llmt_controller_find(c, 0, room + placed, &k));
+    if (!rc && !moved)
+        rc = llmt_controller_find(c, 0, room + placed, &k);
+    if (!rc && !moved && k < 0)
+        v[AG_NONE] = comm ? llmt_comm_size(comm) - llmt_comm_rank(comm) : 1;
+    v[AG_NOTCH] = k >= 0 ? k : c->max + 1;
+    LLMT_TRY(agree(tr, rc, v));
     char from[320], to[320];
+    if (v[AG_MOVED]) { /* the notch (a resumed one) had not placed the optimizer yet */
+        llmt_controller_describe(c, c->notch, to, sizeof to);
+        llmt_trainer_log(tr, "escalate", "step %lld: out of memory (%s): retrying the same batch "
+                         "with the optimizer placed as [%s] says", (long long)tr->step + 1, why,
+                         to);
+        return LLMT_OK;
+    }
     llmt_controller_describe(c, c->notch, from, sizeof from);
     if (k < 0) {
         uint64_t least = 0;
@@ -154,11 +332,20 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
                          (unsigned long long)budget, (unsigned long long)in_use,
                          c->opt ? ", the optimizer's device state counted as free" : "", why);
     }
+    if (v[AG_NONE]) /* fits here, not on another rank: every rank fails alike */
+        return llmt_fail(LLMT_ENOMEM, "step %lld does not fit on rank %lld (micro-batch 1 with "
+                         "full recompute needs more than its budget leaves; its message says "
+                         "how much); the failed allocation: %s", (long long)tr->step + 1,
+                         (long long)(llmt_comm_size(comm) - v[AG_NONE]), why);
+    int64_t target = v[AG_NOTCH]; /* the heaviest of the ranks' least fitting notches */
     uint64_t need = 0;
-    LLMT_TRY(llmt_controller_bytes(c, k, &need));
-    llmt_controller_describe(c, k, to, sizeof to);
+    LLMT_TRY(llmt_controller_bytes(c, target, &need));
+    llmt_controller_describe(c, target, to, sizeof to);
     llmt_trainer_log(tr, "escalate", "step %lld: out of memory (%s): retrying the same batch with "
-                     "[%s] instead of [%s], which needs %.1f MiB of the %.1f MiB free",
-                     (long long)tr->step + 1, why, to, from, mib(need), mib(room + placed));
-    return move_to(tr, k);
+                     "[%s] instead of [%s], which needs %.1f MiB of the %.1f MiB free%s",
+                     (long long)tr->step + 1, why, to, from, mib(need), mib(room + placed),
+                     comm ? " on this rank (the heaviest of the ranks' least fitting notches)"
+                          : "");
+    int failed = LLMT_OK;
+    return agree_move(tr, move_to(tr, target), &failed);
 }

@@ -75,10 +75,13 @@ static int32_t rung_parts(const llmt_controller *c, int32_t offload_layers)
 }
 
 /* Device bytes of what the controller places, with offload_layers
- * offloaded: the optimizer's device segment, as the optimizer sizes it,
- * and, when the rungs offload gradients, the model's device gradients (the
- * segment from the gradient split on and one bucket, as the model sizes
- * them). Gradients that never move are left out. */
+ * offloaded: the optimizer's device segment [split, end) of its range (a
+ * sharded optimizer's: this rank's; the split is the rung's prefix clamped
+ * to it), as the optimizer sizes it, and, when the rungs offload
+ * gradients, the model's device gradients (the segment from the gradient
+ * split on and one bucket, as the model sizes them). Gradients that never
+ * move, a sharded optimizer's gradient sum and exchange buffer, are left
+ * out. */
 static uint64_t device_state_bytes(const llmt_controller *c, int32_t offload_layers)
 {
     const llmt_optimizer *o = c->opt;
@@ -159,20 +162,36 @@ static int offload_all(llmt_controller *c, int32_t now, int32_t now_layers)
     return LLMT_OK;
 }
 
+int llmt_controller_placeable(const llmt_optimizer *opt, int *placeable)
+{
+    int32_t parts = 0, layers = 0;
+    LLMT_TRY(llmt_optimizer_get_offload(opt, &parts, &layers));
+    /* An optimizer without offload (its rungs offload the state), or one
+     * whose owner allowed gradient offload but offloaded no layer (the
+     * rungs offload state and gradients; a sharded optimizer never has
+     * it: it refuses gradient offload). */
+    *placeable = parts == LLMT_OFFLOAD_NONE || ((parts & LLMT_OFFLOAD_GRADS) && layers == 0);
+    return LLMT_OK;
+}
+
+int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place)
+{
+    int32_t parts = 0, layers = 0;
+    LLMT_TRY(llmt_optimizer_get_offload(opt, &parts, &layers));
+    c->opt = place ? opt : NULL;
+    c->parts = parts == LLMT_OFFLOAD_NONE ? LLMT_OFFLOAD_OPTIMIZER : parts;
+    c->rest_parts = parts;
+    c->attached = 1;
+    return LLMT_OK;
+}
+
 int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, uint64_t budget,
                           uint64_t in_use)
 {
     if (!c->attached) {
-        int32_t parts = 0, layers = 0;
-        LLMT_TRY(llmt_optimizer_get_offload(opt, &parts, &layers));
-        /* Placed by the controller: an optimizer without offload (its rungs
-         * offload the state), or one whose owner allowed gradient offload
-         * but offloaded no layer (the rungs offload state and gradients). */
-        int unplaced = parts == LLMT_OFFLOAD_NONE || ((parts & LLMT_OFFLOAD_GRADS) && layers == 0);
-        c->opt = !opt->comm && unplaced ? opt : NULL;
-        c->parts = parts == LLMT_OFFLOAD_NONE ? LLMT_OFFLOAD_OPTIMIZER : parts;
-        c->rest_parts = parts;
-        c->attached = 1;
+        int placeable = 0;
+        LLMT_TRY(llmt_controller_placeable(opt, &placeable));
+        LLMT_TRY(llmt_controller_attach(c, opt, placeable));
     }
     if (!c->opt)
         return LLMT_OK;
@@ -202,7 +221,10 @@ int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, ui
 }
 
 /* Whether notch k is an offload rung that changes nothing: the optimizer
- * is not placed by the controller. */
+ * is not placed by the controller. A sharded optimizer's rung is never
+ * passed over when it is placed, even where it moves nothing of this
+ * rank's range: the ranks' ladders must be the same (and every rung moves
+ * some rank's state, the ranges covering the whole buffer). */
 static int idle_rung(const llmt_controller *c, int64_t k)
 {
     int64_t rc_top = recompute_top(c);

@@ -10,7 +10,14 @@
  * optimizer), but they move state only for an optimizer the controller
  * places (llmt_controller_place); for any other they equal full recompute
  * and are passed over. The bytes of any notch come from the functions the
- * model and optimizer allocate with, so predictions are exact. */
+ * model and optimizer allocate with, so predictions are exact.
+ *
+ * A sharded (ZeRO-1) optimizer is placed too, each rank its own range: a
+ * rung's prefix is the same on every rank, its split each rank's
+ * (llmt_offload_split), so a rung may move nothing on a rank whose range
+ * lies past it. The ladder, and which rungs are passed over, depend only on
+ * whether the optimizer is placed, which the ranks agree on (adapt.c), so
+ * every rank has the same ladder; the bytes of a notch are this rank's. */
 #ifndef LLMT_TRAIN_CONTROLLER_H
 #define LLMT_TRAIN_CONTROLLER_H
 
@@ -30,12 +37,15 @@ typedef struct llmt_controller {
     int32_t base_level;      /* ladder level the configuration starts at */
     int32_t base_micro;      /* micro-batch the configuration starts at */
     int64_t notch, base, max; /* current, lowest allowed, highest */
-    /* Set by the first llmt_controller_place: the optimizer whose state the
-     * offload rungs place, or NULL when they do not (sharded, or placed by
-     * its owner); the parts its offload rungs offload (LLMT_OFFLOAD_OPTIMIZER,
-     * or with LLMT_OFFLOAD_GRADS where the owner allowed it) and those of
-     * the rung without offload (the owner's: NONE, or OPTIMIZER | GRADS of
-     * no layer); attached says the decision is made. */
+    /* Set by llmt_controller_attach (the first llmt_controller_place
+     * attaches when nothing did): the optimizer whose state the offload
+     * rungs place, or NULL when they do not (placed by its owner, or the
+     * ranks of a sharded one disagreed); the parts its offload rungs
+     * offload (LLMT_OFFLOAD_OPTIMIZER, or with LLMT_OFFLOAD_GRADS where the
+     * owner allowed it; never for a sharded optimizer, which refuses
+     * gradient offload) and those of the rung without offload (the owner's:
+     * NONE, or OPTIMIZER | GRADS of no layer); attached says the decision is
+     * made. */
     llmt_optimizer *opt;
     int32_t parts, rest_parts;
     int attached;
@@ -54,8 +64,8 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
 
 /* Device bytes notch k needs that depend on the notch: the activation
  * arena (activations + workspace), plus, for a placed optimizer, its state
- * left on the device (and the model's device gradients, when the rungs
- * offload gradients). */
+ * left on the device (a sharded optimizer's: of this rank's range; and the
+ * model's device gradients, when the rungs offload gradients). */
 int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes);
 
 /* Device bytes of the placed optimizer's state now (0 when the controller
@@ -67,10 +77,20 @@ uint64_t llmt_controller_placed_bytes(const llmt_controller *c);
  * the slicer (the placement is llmt_controller_place's). */
 int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llmt_slicer *s);
 
-/* On the first call, decides whether the controller places opt: only an
- * unsharded optimizer that starts without offload (its rungs offload the
- * state), or with LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS of 0 layers
- * (the rungs offload state and gradients). Then moves a placed
+/* Whether the controller may place opt: an optimizer (sharded or not)
+ * that starts without offload (its rungs offload the state), or with
+ * LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS of 0 layers (the rungs
+ * offload state and gradients). *placeable receives 1 or 0. */
+int llmt_controller_placeable(const llmt_optimizer *opt, int *placeable);
+
+/* Makes the decision once: the offload rungs place opt when `place` is
+ * nonzero (which llmt_controller_placeable must allow), else nothing. A
+ * data-parallel run attaches with the ranks' agreed decision before its
+ * first llmt_controller_place, so that the ladders are the same. */
+int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place);
+
+/* Attaches on the first call (when nothing did) with opt's own
+ * llmt_controller_placeable. Then moves a placed
  * optimizer's state to notch k's offload (nothing when it is there already);
  * when the new device segment would not fit beside the old one under
  * budget (0: none) with in_use bytes allocated, it moves through "all

@@ -402,11 +402,15 @@ int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report)
     LLMT_TRY(llmt_context_memory_stats(tr->ctx, &ms));
     r.capacity = capacity(tr, &ms);
     r.mem_peak = ms.total_peak;
-    if (p->optimizer->comm) /* the controller decides alike on every rank */
+    /* The controller decides from this rank's own figures (its decisions
+     * are agreed in adapt.c); the report gives the ranks' largest peak and
+     * smallest capacity, the same on every rank (so is whether to adapt). */
+    const uint64_t own_peak = r.mem_peak, own_capacity = r.capacity;
+    if (p->optimizer->comm)
         LLMT_TRY(llmt_trainer_dist_memory(tr, &r.mem_peak, &r.capacity));
     r.mem_ratio = r.capacity ? (double)r.mem_peak / (double)r.capacity : 0.0;
     if (tr->cfg.adaptive && r.capacity)
-        LLMT_TRY(llmt_trainer_adapt(tr, r.mem_peak, r.capacity));
+        LLMT_TRY(llmt_trainer_adapt(tr, own_peak, own_capacity));
 
     if (tr->cfg.eval_every && tr->step % tr->cfg.eval_every == 0)
         LLMT_TRY(agreed(tr, llmt_trainer_evaluate(tr, &r.eval_loss)));

@@ -46,12 +46,16 @@ void llmt_trainer_log(llmt_trainer *tr, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* After a step that peaked at `peak` of `capacity` bytes: escalate when over
- * the threshold, relax after the window when the planner predicts headroom. */
+ * the threshold, relax after the window when the planner predicts headroom.
+ * Data parallel: peak and capacity are this rank's own, and the decision
+ * is agreed by every rank (collective). */
 int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t capacity);
 
 /* After LLMT_ENOMEM (arena released): moves to the lightest notch whose
  * arena fits what the budget leaves; LLMT_ENOMEM with the planner's figure
- * when none does. `why` is the allocation's message. */
+ * when none does. `why` is the allocation's message. Data parallel
+ * (collective): the heaviest of the ranks' lightest fitting notches, and
+ * LLMT_ENOMEM on every rank when one has none. */
 int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why);
 
 /* The checkpoint state of the trainer's parts, with its own state as the
@@ -77,7 +81,8 @@ int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *l
  * trainer's configuration, micro-batch, recompute flags, data positions. */
 uint64_t llmt_trainer_dist_hash(const llmt_trainer *tr);
 /* Replaces *peak by the largest of the ranks' peaks and *capacity by the
- * smallest capacity, so the controller decides alike on every rank. */
+ * smallest capacity: the step report's figures, the same on every rank
+ * (the controller decides from each rank's own and agrees, adapt.c). */
 int llmt_trainer_dist_memory(llmt_trainer *tr, uint64_t *peak, uint64_t *capacity);
 /* Sets *flag to 1 on every rank when any rank's is nonzero. */
 int llmt_trainer_dist_any(llmt_trainer *tr, int *flag);

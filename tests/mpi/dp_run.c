@@ -12,6 +12,9 @@ int64_t fast_every;
 int32_t backend = LLMT_BACKEND_CPU, heads = 4, kv_heads = 2;
 int32_t offload_parts = LLMT_OFFLOAD_NONE, offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
 llmt_comm *device_comm;
+int adaptive;
+double adaptive_threshold = 1.0;
+int32_t adaptive_relax_window = 1, adaptive_recompute = LLMT_RECOMPUTE_NONE;
 
 /* One shard of a learnable token stream (the same on every rank). */
 void write_shard(const char *dir)
@@ -82,6 +85,11 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     must(llmt_slicer_create(&r->slicer, r->model, micro), "slicer");
     if (!comm)
         must(llmt_slicer_set_accumulation(r->slicer, LLMT_ACCUMULATE_ORDERED), "accumulation");
+    if (adaptive) {
+        must(llmt_recompute_create(&r->recompute, r->model), "recompute");
+        must(llmt_recompute_set_layers(r->recompute, 0, -1, adaptive_recompute),
+             "recompute policy");
+    }
     char pattern[600];
     snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
     llmt_loader_config dc = LLMT_LOADER_CONFIG_INIT;
@@ -97,6 +105,7 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     p.model = r->model;
     p.optimizer = r->opt;
     p.slicer = r->slicer;
+    p.recompute = r->recompute;
     p.scaler = r->scaler;
     p.loader = r->loader;
     p.store = r->store;
@@ -104,7 +113,11 @@ void run_open(run *r, const char *dir, int precision, llmt_comm *comm, int reduc
     tc.batch_size = B;
     tc.seq_len = T;
     tc.total_steps = STEPS;
-    tc.adaptive = 0;
+    tc.adaptive = adaptive;
+    if (adaptive) {
+        tc.memory_threshold = adaptive_threshold;
+        tc.relax_window = adaptive_relax_window;
+    }
     tc.checkpoint_every = every;
     tc.fast_checkpoint_every = ckpt_dir && fast_dir ? fast_every : 0;
     must(llmt_trainer_create(&r->tr, &p, &tc), "trainer");
@@ -116,6 +129,7 @@ void run_close(run *r)
     llmt_ckpt_store_free(r->store);
     llmt_loader_free(r->loader);
     llmt_slicer_free(r->slicer);
+    llmt_recompute_free(r->recompute);
     llmt_loss_scaler_free(r->scaler);
     llmt_optimizer_free(r->opt);
     llmt_model_free(r->model);

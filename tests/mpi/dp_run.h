@@ -31,6 +31,15 @@ extern int32_t backend, heads, kv_heads;
  * offload_layers; LLMT_OFFLOAD_NONE unless a test sets it). */
 extern int32_t offload_parts, offload_layers;
 
+/* Whether the next runs' trainers are adaptive (with a recompute handle);
+ * 0 unless a test sets it. Their memory threshold (1.0 unless set: only a
+ * failed allocation escalates), relax window (1 step unless set) and the
+ * recompute policy every layer starts at, the controller's base notch
+ * (LLMT_RECOMPUTE_NONE unless set). */
+extern int adaptive;
+extern double adaptive_threshold;
+extern int32_t adaptive_relax_window, adaptive_recompute;
+
 /* An NCCL communicator serving every run on the CUDA emulator (one device,
  * work done at launch), or NULL: run_open marks it as taking the device
  * memory of each run's context, as one made on that context would. */
@@ -50,6 +59,7 @@ typedef struct run {
     llmt_optimizer *opt;
     llmt_loss_scaler *scaler;
     llmt_slicer *slicer;
+    llmt_recompute *recompute; /* adaptive runs only */
     llmt_loader *loader;
     llmt_ckpt_store *store;
     llmt_trainer *tr;

@@ -5,7 +5,13 @@
  * loss-scale overflows skipping steps), also when a rank owns no
  * parameters or runs no micro-batch, and with the optimizer's state
  * offloaded (ranges inside, straddling and past the offloaded prefix; each
- * rank's placement changed mid-run); fast mode stays within a tolerance; a
+ * rank's placement changed mid-run), and adaptive under a budget that only
+ * fits with part of each rank's optimizer state on the host (the
+ * controller's offload rungs, the same notch on every rank at every step,
+ * the device state its prediction to the byte, then relaxing back), and
+ * adaptive with budgets that differ by rank (one rank over the threshold
+ * escalates every rank to its choice; its veto keeps every rank from
+ * relaxing); fast mode stays within a tolerance; a
  * checkpoint saved by N ranks resumes on N ranks and in one process to the
  * same bits; ranks that disagree (weights, micro-batch) are refused on
  * every rank; a step callback stopping one rank stops all. Threads: one
@@ -23,6 +29,7 @@
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
+#include "train/trainer_internal.h"
 
 /* Largest |a - b| over the weights and every optimizer state tensor (0 when
  * bitwise equal: then also memcmp-equal). get_state is collective for a
@@ -198,6 +205,322 @@ static void test_offloaded(const char *dir, int precision, const char *name, llm
     run_close(&off);
 }
 
+/* Appends a trainer's log line to the buffer user (a char[8192]). */
+static void keep_log(void *user, const char *line)
+{
+    char *log = user;
+    size_t used = strlen(log);
+    snprintf(log + used, 8192 - used, "%s\n", line);
+}
+
+/* Whether v is the same on every rank (collective). */
+static int same_on_all(int64_t v)
+{
+    int64_t lo = 0, hi = 0;
+    MPI_Allreduce(&v, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&v, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+/* Checks, on this rank, that the device bytes of r's optimizer state are
+ * what its range and offload leave on the device, from the parameters'
+ * names (prefix_of: fp32 moments, 8 bytes an element), and equal the
+ * controller's prediction. Returns this rank's host state bytes. */
+static uint64_t expect_predicted(const run *r, int step)
+{
+    int64_t first = 0, end = 0;
+    int32_t parts = 0, off = 0;
+    must(llmt_optimizer_shard(r->opt, &first, &end), "shard");
+    must(llmt_optimizer_get_offload(r->opt, &parts, &off), "get_offload");
+    const int64_t split = parts ? clamp(prefix_of(r->model, off), first, end) : first;
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    const uint64_t device = ms.current[LLMT_MEM_OPTIMIZER];
+    EXPECT(device == (uint64_t)(end - split) * 8 && ms.current[LLMT_MEM_HOST_STATE] ==
+               (uint64_t)(split - first) * 8 && device == llmt_controller_placed_bytes(&r->tr->ctl),
+           "step %d: [%lld, %lld) with %d layers offloaded: %llu device and %llu host bytes of "
+           "state, the controller predicts %llu, the range %lld and %lld", step, (long long)first,
+           (long long)end, off, (unsigned long long)device,
+           (unsigned long long)ms.current[LLMT_MEM_HOST_STATE],
+           (unsigned long long)llmt_controller_placed_bytes(&r->tr->ctl),
+           (long long)(end - split) * 8, (long long)(split - first) * 8);
+    return ms.current[LLMT_MEM_HOST_STATE];
+}
+
+/* An adaptive run's budget: room for half the arena of full recompute
+ * beside what this rank holds now (its optimizer's state on the device). */
+static uint64_t tight_budget(const run *r)
+{
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    dp_model_config(&pc.model, LLMT_PRECISION_FP32);
+    pc.micro_batch = MICRO;
+    pc.seq_len = T;
+    pc.recompute = LLMT_RECOMPUTE_FULL;
+    llmt_plan plan = LLMT_PLAN_INIT;
+    must(llmt_plan_compute(r->ctx, &pc, &plan), "plan");
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    const uint64_t arena = plan.bytes[LLMT_MEM_ACTIVATIONS] + plan.bytes[LLMT_MEM_WORKSPACE];
+    return ms.total_current + arena / 2;
+}
+
+/* Step i + 1 of an adaptive run, its loss into loss[i]: every rank has the
+ * same notch and offload after it, the micro-batch is MICRO, this rank's
+ * peak is within budget (0: not checked) and its optimizer's device bytes
+ * are predicted. Returns whether the state is all on the device. */
+static int adaptive_step(run *r, int i, uint64_t budget, double *loss)
+{
+    llmt_step_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.version = LLMT_STEP_REPORT_VERSION;
+    must(llmt_trainer_step(r->tr, &rep), "adaptive step");
+    loss[i] = rep.loss;
+    int32_t parts = 0, off = 0;
+    must(llmt_optimizer_get_offload(r->opt, &parts, &off), "get_offload");
+    int same = same_on_all(r->tr->ctl.notch) && same_on_all(off) && same_on_all(parts);
+    EXPECT(same, "step %d: notch %lld, offload (%d, %d) differ between the ranks", i + 1,
+           (long long)r->tr->ctl.notch, parts, off);
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    EXPECT(rep.micro_batch == MICRO && (!budget || ms.total_peak <= budget),
+           "step %d: micro-batch %d, this rank's peak %llu of its budget %llu", i + 1,
+           rep.micro_batch, (unsigned long long)ms.total_peak, (unsigned long long)budget);
+    expect_predicted(r, i + 1);
+    return parts == LLMT_OFFLOAD_NONE;
+}
+
+/* Adaptive and deterministic (fp32) under tight_budget: no recompute notch
+ * fits, so step 1 runs out of memory on every rank and the controller moves
+ * to an offload rung (the heaviest of the ranks' least fitting ones); some
+ * rank's state moves to the host, the micro-batch stays. Saved at step
+ * TIGHT; then the budget grows eightfold and the controller relaxes one
+ * notch a step, the state returning to the device. A fresh run (another
+ * seed) resumed from step TIGHT under its tight budget places each rank's
+ * optimizer as the saved notch says at its first step. At every step every
+ * rank has the same notch and offload, and after STEPS the weights, the
+ * optimizer state and the losses of both runs are bitwise ref's. */
+static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *ref,
+                                  const double *ref_loss)
+{
+    enum { TIGHT = 4 };
+    const double t0 = MPI_Wtime();
+    static char log[8192];
+    char ckpt[600];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-adaptive", dir);
+    log[0] = '\0';
+    run ad;
+    double loss[STEPS];
+    adaptive = 1;
+    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 77);
+    must(llmt_trainer_set_log(ad.tr, keep_log, log), "log");
+    const uint64_t budget = tight_budget(&ad);
+    must(llmt_context_set_budget(ad.ctx, budget), "budget");
+    int64_t host_max = 0;
+    int relaxed = 0;
+    for (int i = 0; i < STEPS; i++) {
+        if (i == TIGHT) {
+            int64_t host = (int64_t)expect_predicted(&ad, i);
+            MPI_Allreduce(&host, &host_max, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+            const llmt_optimizer *o = ad.opt;
+            print_placement(&ad, o->offload_layers, o->first == o->end ? EMPTY
+                                                    : o->split == o->end ? INSIDE
+                                                    : o->split == o->first ? PAST : STRADDLING,
+                            "adaptive, step 5");
+            must(llmt_trainer_save(ad.tr, LLMT_CKPT_DURABLE), "save");
+            must(llmt_context_set_budget(ad.ctx, budget * 8), "budget");
+        }
+        relaxed = adaptive_step(&ad, i, i < TIGHT ? budget : 0, loss);
+    }
+    /* The cases the budget was chosen for, so the test cannot degrade. */
+    EXPECT(host_max > 0 && strstr(log, "step 1: out of memory") &&
+               strstr(log, "optimizer state offloaded: embedding and layers"),
+           "no rank's state went to the host under the budget (most host bytes %lld); log:\n%s",
+           (long long)host_max, log);
+    EXPECT(relaxed && strstr(log, "relaxing from"), "the state did not return to the device "
+           "after the budget grew; log:\n%s", log);
+    int bitwise = 0;
+    double diff = max_difference(&ad, ref, &bitwise);
+    EXPECT(bitwise, "adaptive with offload on %d ranks: state differs from one process (max %g)",
+           size, diff);
+    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "adaptive with offload: losses differ "
+           "(step 20: %.17g vs %.17g)", loss[STEPS - 1], ref_loss[STEPS - 1]);
+    run_close(&ad);
+
+    log[0] = '\0';
+    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 5);
+    adaptive = 0;
+    must(llmt_trainer_set_log(ad.tr, keep_log, log), "log");
+    int64_t step = -1;
+    must(llmt_trainer_resume_latest(ad.tr, &step), "resume");
+    EXPECT(step == TIGHT, "resumed from step %lld, not %d", (long long)step, TIGHT);
+    const uint64_t again = tight_budget(&ad);
+    must(llmt_context_set_budget(ad.ctx, again), "budget");
+    for (int i = TIGHT; i < STEPS; i++)
+        adaptive_step(&ad, i, again, loss);
+    EXPECT(strstr(log, "with the optimizer placed as [recompute full"), "the resumed run did not "
+           "place the optimizer as its notch says; log:\n%s", log);
+    diff = max_difference(&ad, ref, &bitwise);
+    EXPECT(bitwise, "adaptive, resumed at an offload notch on %d ranks: state differs from one "
+           "process (max %g)", size, diff);
+    EXPECT(memcmp(loss + TIGHT, ref_loss + TIGHT, sizeof loss - TIGHT * sizeof *loss) == 0,
+           "adaptive, resumed: losses differ (step 20: %.17g vs %.17g)", loss[STEPS - 1],
+           ref_loss[STEPS - 1]);
+    if (rank == 0)
+        printf("adaptive with offload on %d ranks: most host bytes %lld, bitwise %s (%.2f s)\n",
+               size, (long long)host_max, failures ? "NO" : "yes", MPI_Wtime() - t0);
+    run_close(&ad);
+}
+
+/* The number of ranks where cond holds (collective). */
+static int ranks_where(int cond)
+{
+    int n = 0;
+    MPI_Allreduce(&cond, &n, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return n;
+}
+
+/* This rank's peak of the last step over its budget. */
+static double own_ratio(const run *r)
+{
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    return (double)ms.total_peak / (double)ms.budget;
+}
+
+/* This rank's peak of the last step with notch k's bytes in place of the
+ * current notch's (the controller's predictions of both). */
+static uint64_t peak_at(const run *r, int64_t k)
+{
+    const llmt_controller *c = &r->tr->ctl;
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    uint64_t now = 0, then = 0;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    must(llmt_controller_bytes(c, c->notch, &now), "bytes");
+    must(llmt_controller_bytes(c, k, &then), "bytes");
+    return ms.total_peak - now + then;
+}
+
+/* The notch this rank would escalate to on its own after the last step,
+ * searched here notch by notch: the lightest above the current whose
+ * predicted peak is within threshold * budget; -1 when none. */
+static int64_t own_target(const run *r, double threshold)
+{
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    const uint64_t limit = (uint64_t)(threshold * (double)ms.budget);
+    for (int64_t k = r->tr->ctl.notch + 1; k <= r->tr->ctl.max; k++)
+        if (peak_at(r, k) <= limit)
+            return k;
+    return -1;
+}
+
+/* Adaptive and deterministic (fp32), threshold 0.9, relax window 2, every
+ * layer at full recompute from the start (the notches above are the
+ * offload rungs), the budgets differing by rank so that the ranks' own
+ * decisions differ; the last rank is the odd one:
+ * - step 1 has no budget; each rank's budget is then its step-1 peak over
+ *   0.95 on the last rank (over the threshold), over 0.85 elsewhere
+ *   (under it): after step 2 every rank escalates, without running out of
+ *   memory, to the notch the last rank's own search finds (an offload
+ *   rung), and from step 3 on its peak is under the threshold;
+ * - then every budget but the last rank's grows eightfold: the others
+ *   predict headroom at the lighter notch, the last rank (still at 0.95
+ *   there) none, so through step VETOED, the window full since step 4, no
+ *   rank relaxes;
+ * - then the last rank's budget grows too: every rank relaxes one notch
+ *   after step VETOED + 1.
+ * At every step every rank has the same notch and offload; after STEPS the
+ * weights, optimizer state and losses are bitwise ref's. */
+static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run *ref,
+                                    const double *ref_loss)
+{
+    enum { WINDOW = 2, VETOED = 5 };
+    const double threshold = 0.9, t0 = MPI_Wtime();
+    const int odd = rank == size - 1;
+    static char log[8192];
+    log[0] = '\0';
+    run ad;
+    double loss[STEPS];
+    adaptive = 1;
+    adaptive_threshold = threshold;
+    adaptive_relax_window = WINDOW;
+    adaptive_recompute = LLMT_RECOMPUTE_FULL;
+    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    adaptive = 0;
+    adaptive_threshold = 1.0;
+    adaptive_relax_window = 1;
+    adaptive_recompute = LLMT_RECOMPUTE_NONE;
+    must(llmt_trainer_set_log(ad.tr, keep_log, log), "log");
+    const int64_t base = ad.tr->ctl.notch;
+    adaptive_step(&ad, 0, 0, loss);
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
+    uint64_t budget = (uint64_t)((double)ms.total_peak / (odd ? 0.95 : 0.85));
+    must(llmt_context_set_budget(ad.ctx, budget), "budget");
+    /* The last rank's own choice at step 2's figures, which are step 1's
+     * (the same layout), to be every rank's. */
+    int64_t want = odd ? own_target(&ad, threshold) : 0;
+    MPI_Bcast(&want, 1, MPI_INT64_T, size - 1, MPI_COMM_WORLD);
+    const uint64_t step1_peak = ms.total_peak;
+    adaptive_step(&ad, 1, budget, loss);
+    must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
+    const double ratio2 = own_ratio(&ad);
+    /* The disagreement the budgets were chosen for, so the test cannot
+     * degrade: only the last rank over the threshold at step 2. */
+    EXPECT(ranks_where(ratio2 > threshold) == 1 && ranks_where(odd && ratio2 > threshold) == 1 &&
+               ms.total_peak == step1_peak,
+           "step 2: this rank's peak %.4f of its budget (threshold %.2f, step 1's peak %llu, "
+           "step 2's %llu): not the last rank alone over it", ratio2, threshold,
+           (unsigned long long)step1_peak, (unsigned long long)ms.total_peak);
+    EXPECT(want > base && ad.tr->ctl.notch == want, "step 2: notch %lld, not the last rank's "
+           "own choice %lld (from %lld)", (long long)ad.tr->ctl.notch, (long long)want,
+           (long long)base);
+    int64_t host = (int64_t)expect_predicted(&ad, 2);
+    EXPECT(!odd || host > 0, "step 2: the last rank's escalation moved none of its state to "
+           "the host");
+    if (!odd) {
+        budget *= 8;
+        must(llmt_context_set_budget(ad.ctx, budget), "budget");
+    }
+    int i = 2;
+    for (; i < VETOED; i++) {
+        adaptive_step(&ad, i, budget, loss);
+        const double ratio = own_ratio(&ad);
+        const int headroom = peak_at(&ad, want - 1) < (threshold - ad.tr->cfg.hysteresis) *
+                                                          (double)budget;
+        /* The veto the budgets were chosen for: the last rank alone sees
+         * no headroom at the lighter notch. */
+        EXPECT(!odd || ratio <= threshold, "step %d: the last rank's peak is still %.4f of its "
+               "budget after the escalation", i + 1, ratio);
+        EXPECT(ranks_where(headroom) == size - 1 && ranks_where(odd && !headroom) == 1,
+               "step %d: %s at the lighter notch on this rank", i + 1,
+               headroom ? "headroom" : "no headroom");
+        EXPECT(ad.tr->ctl.notch == want, "step %d: notch %lld, not %lld (the last rank vetoes "
+               "relaxing)", i + 1, (long long)ad.tr->ctl.notch, (long long)want);
+    }
+    if (odd) {
+        budget *= 8;
+        must(llmt_context_set_budget(ad.ctx, budget), "budget");
+    }
+    adaptive_step(&ad, i++, budget, loss);
+    EXPECT(ad.tr->ctl.notch == want - 1, "step %d: notch %lld, not %lld: no relax once every "
+           "rank had headroom", i, (long long)ad.tr->ctl.notch, (long long)want - 1);
+    for (; i < STEPS; i++)
+        adaptive_step(&ad, i, budget, loss);
+    EXPECT(!strstr(log, "out of memory"), "an allocation failed; log:\n%s", log);
+    int bitwise = 0;
+    double diff = max_difference(&ad, ref, &bitwise);
+    EXPECT(bitwise, "adaptive, ranks disagreeing, on %d ranks: state differs from one process "
+           "(max %g)", size, diff);
+    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "adaptive, ranks disagreeing: losses differ "
+           "(step 20: %.17g vs %.17g)", loss[STEPS - 1], ref_loss[STEPS - 1]);
+    if (rank == 0)
+        printf("adaptive, ranks disagreeing on %d ranks: escalated from notch %lld to %lld, "
+               "vetoed, relaxed; bitwise %s (%.2f s)\n", size, (long long)base, (long long)want,
+               failures ? "NO" : "yes", MPI_Wtime() - t0);
+    run_close(&ad);
+}
+
 static void test_precision(const char *dir, int precision, const char *name, llmt_comm *comm,
                            int size, int with_fast)
 {
@@ -227,6 +550,10 @@ static void test_precision(const char *dir, int precision, const char *name, llm
      * sees what the run before gave it): the suite's time. */
     if (size > 1 && micro < B)
         test_offloaded(dir, precision, name, comm, &ref, ref_loss);
+    if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B)
+        test_adaptive_offload(dir, comm, &ref, ref_loss);
+    if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1)
+        test_adaptive_agreement(dir, comm, &ref, ref_loss);
     if (!with_fast) {
         if (rank == 0)
             printf("%s on %d ranks (%d layers, micro-batch %d): deterministic bitwise %s\n", name,

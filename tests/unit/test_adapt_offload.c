@@ -9,7 +9,9 @@
  * offload allowed (the optimizer created with OPTIMIZER | GRADS of no
  * layer) the offload rungs move the gradients too: a budget that only the
  * gradients' offload makes fit keeps the micro-batch, every step completes
- * once and the run is bitwise the unconstrained one. */
+ * once and the run is bitwise the unconstrained one. A sharded optimizer
+ * (a world of one over a self communicator) takes the offload rungs too,
+ * its device state the controller's prediction to the byte. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +20,18 @@
 
 #include "llmt/llmt.h"
 #include "test_context.h"
+#include "test_self_comm.h"
 #include "test_tensors.h"
+#include "train/trainer_internal.h"
 #include "util/fsutil.h"
 
 enum { B = 4, T = 16, LONG_T = 128, VOCAB = 64, LAYERS = 2 };
 
 static char root[64], shards[128];
+
+/* The communicator the next rigs' optimizers are sharded over (NULL: not
+ * sharded). */
+static llmt_comm *shard_comm;
 
 static int setup(void **state)
 {
@@ -96,7 +104,12 @@ static void rig_open_as(rig *r, int precision, int relax_window, const char *sto
     lc.vocab_size = VOCAB;
     const char *paths[1] = {shards};
     assert_int_equal(llmt_model_create(&r->model, r->ctx, &mc), LLMT_OK);
-    assert_int_equal(llmt_optimizer_create(&r->opt, r->model, &oc), LLMT_OK);
+    if (shard_comm)
+        assert_int_equal(llmt_optimizer_create_sharded(&r->opt, r->model, &oc, shard_comm,
+                                                       LLMT_REDUCE_DETERMINISTIC),
+                         LLMT_OK);
+    else
+        assert_int_equal(llmt_optimizer_create(&r->opt, r->model, &oc), LLMT_OK);
     assert_int_equal(llmt_recompute_create(&r->rc, r->model), LLMT_OK);
     assert_int_equal(llmt_slicer_create(&r->slicer, r->model, B), LLMT_OK);
     assert_int_equal(llmt_loader_open(&r->loader, r->ctx, paths, 1, &lc), LLMT_OK);
@@ -266,6 +279,45 @@ static void test_offload_instead_of_a_smaller_micro_batch(void **state)
     (void)state;
     check_precision(LLMT_PRECISION_FP32);
     check_precision(LLMT_PRECISION_BF16_MIXED);
+}
+
+/* A sharded optimizer in a world of one: the budget that fits only with
+ * part of the state offloaded makes the controller offload it (it used to
+ * halve the micro-batch), the device state equals the controller's
+ * prediction and the plan's optimizer bytes less the host segment, and the
+ * run is bitwise an unsharded unconstrained one. */
+static void test_sharded_offload_rungs(void **state)
+{
+    (void)state;
+    enum { TIGHT = 4 };
+    rig free_run, tight;
+    rig_open(&free_run, LLMT_PRECISION_FP32, 1000, NULL);
+    llmt_comm *comm = test_self_comm();
+    assert_non_null(comm);
+    shard_comm = comm;
+    rig_open(&tight, LLMT_PRECISION_FP32, 1000, NULL);
+    shard_comm = NULL; /* the next rigs are not sharded, whatever fails below */
+    llmt_plan p = plan_full(&tight);
+    uint64_t arena = p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE];
+    uint64_t budget = stats(&tight).total_current + arena / 2;
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    assert_int_equal(steps_side_by_side(&free_run, &tight, TIGHT, budget), 1);
+    assert_contains(tight.log, "step 1: out of memory");
+    assert_contains(tight.log, "optimizer state offloaded: embedding and layers 0-");
+    assert_null(strstr(tight.log, "micro-batch 2"));
+    int32_t parts = 0, layers = 0;
+    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
+    assert_true(layers >= 1);
+    llmt_memory_stats s = stats(&tight);
+    assert_true(s.current[LLMT_MEM_HOST_STATE] > 0);
+    assert_int_equal(s.current[LLMT_MEM_OPTIMIZER],
+                     p.bytes[LLMT_MEM_OPTIMIZER] - s.current[LLMT_MEM_HOST_STATE]);
+    assert_int_equal(s.current[LLMT_MEM_OPTIMIZER], llmt_controller_placed_bytes(&tight.tr->ctl));
+    assert_same_state(&free_run, &tight);
+    rig_close(&free_run);
+    rig_close(&tight);
+    llmt_comm_free(comm);
 }
 
 /* An optimizer its owner placed (here: offload of no layer) is left where
@@ -454,6 +506,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_instead_of_a_smaller_micro_batch),
+        cmocka_unit_test(test_sharded_offload_rungs),
         cmocka_unit_test(test_owner_placement_is_kept),
         cmocka_unit_test(test_resume_at_an_offload_notch),
         cmocka_unit_test(test_grads_offload_instead_of_a_smaller_micro_batch),
