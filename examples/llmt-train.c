@@ -1,7 +1,7 @@
 /* llmt-train: train a LLaMA model from a YAML configuration, with
  * checkpoints, adaptive memory and automatic resume.
  *
- *   llmt-train [--config FILE] [--out DIR] [--steps N] [--data-parallel]
+ *   llmt-train [--config FILE] [--out DIR] [--steps N] [--data-parallel] [--fail-wait S]
  *              [--resume | --no-resume | --start-over] [KEY=VALUE...]
  *   llmt-train --help | --version
  *
@@ -130,7 +130,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [--config FILE] [--out DIR] [--steps N] [--data-parallel]\n"
-            "                  [--resume | --no-resume | --start-over] [KEY=VALUE...]\n"
+            "                  [--fail-wait S] [--resume | --no-resume | --start-over]\n"
+            "                  [KEY=VALUE...]\n"
             "Trains the embedded default configuration on Debian's licence texts unless\n"
             "--config is given; DIR (default runs/demo, created with its parents) holds\n"
             "data, checkpoints, metrics. KEY=VALUE sets a configuration key after the\n"
@@ -144,6 +145,9 @@ static void usage(FILE *f)
             "  --data-parallel  train as a data-parallel run (sharded optimizer and\n"
             "                checkpoints) even as one process, over MPI on the cpu\n"
             "                backend and NCCL on cuda; under mpirun/srun it always is\n"
+            "  --fail-wait S  a rank that failed waits at most S seconds (default 30)\n"
+            "                for the others to answer (one may be stuck in the NCCL\n"
+            "                join), then ends the job\n"
             "  --version     print the library version\n"
             "SIGINT and SIGTERM save a checkpoint and stop (exit 130, 143).\n");
 }
@@ -217,6 +221,7 @@ typedef struct options {
     int64_t steps; /* -1: the configuration's */
     int resume, no_resume, start_over;
     int data_parallel; /* --data-parallel */
+    int64_t fail_wait; /* --fail-wait: seconds; LAUNCH_FAIL_WAIT_S by default */
 } options;
 
 /* Parses argv into o and the configuration: file (or the default), then the
@@ -226,7 +231,7 @@ typedef struct options {
 #define GO_ON (-1)
 static int parse_command_line(int argc, char **argv, options *o, llmt_train_config *cfg)
 {
-    *o = (options){NULL, "runs/demo", -1, 0, 0, 0, 0};
+    *o = (options){NULL, "runs/demo", -1, 0, 0, 0, 0, LAUNCH_FAIL_WAIT_S};
     cli_option opts[] = {
         CLI_OPT_STRING("--config", &o->config),
         CLI_OPT_STRING("--out", &o->out),
@@ -235,6 +240,7 @@ static int parse_command_line(int argc, char **argv, options *o, llmt_train_conf
         CLI_OPT_FLAG("--no-resume", &o->no_resume),
         CLI_OPT_FLAG("--start-over", &o->start_over),
         CLI_OPT_FLAG("--data-parallel", &o->data_parallel),
+        CLI_OPT_INT64("--fail-wait", &o->fail_wait, 1, 86400),
     };
     static const char *const exclusive[][2] = {
         {"--resume", "--no-resume"}, {"--resume", "--start-over"}, {"--no-resume", "--start-over"}};
@@ -430,6 +436,7 @@ static int run(int argc, char **argv)
         return rc == GO_ON ? 1 : rc;
     if (rc != GO_ON) /* --help, --version */
         return rc;
+    L.fail_wait_s = (int)o.fail_wait;
     /* One process trained data-parallel on the cpu backend: MPI's communicator of one. */
     if (o.data_parallel && cfg.backend != LLMT_BACKEND_CUDA && (rc = launch_start_alone(&L)))
         return rc;

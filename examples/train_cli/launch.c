@@ -66,6 +66,7 @@ int launch_detect(launch *l)
     l->world = 1;
     l->local_rank = -1;
     l->how = "a single process";
+    l->fail_wait_s = LAUNCH_FAIL_WAIT_S;
     for (size_t i = 0; i < sizeof sources / sizeof *sources; i++) {
         const env_source *s = &sources[i];
         if (!getenv(s->size))
@@ -273,13 +274,13 @@ int launch_broadcast(const launch *l, void *buf, size_t bytes)
     return 0;
 }
 
-/* Waits for req; when this rank failed, for at most LAUNCH_END_WAIT_S
- * seconds. 0 when it completed. */
-static int wait_bounded(MPI_Request *req, int failed)
+/* Waits for req; when this rank failed, for at most wait_s seconds. 0
+ * when it completed. */
+static int wait_bounded(MPI_Request *req, int failed, int wait_s)
 {
     if (!failed)
         return MPI_Wait(req, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0 : -1;
-    const double deadline = MPI_Wtime() + LAUNCH_END_WAIT_S;
+    const double deadline = MPI_Wtime() + wait_s;
     for (int done = 0; MPI_Wtime() < deadline;) {
         if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return -1;
@@ -297,9 +298,9 @@ int launch_max_bounded(const launch *l, int value, int exit_status)
     int worst = value;
     MPI_Request req;
     if (MPI_Iallreduce(&value, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req) != MPI_SUCCESS ||
-        wait_bounded(&req, value != 0)) {
+        wait_bounded(&req, value != 0, l->fail_wait_s)) {
         fprintf(stderr, PROG ": the other ranks did not answer within %d s of this rank's failure: "
-                "ending the job\n", LAUNCH_END_WAIT_S);
+                "ending the job\n", l->fail_wait_s);
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, exit_status);
     }

@@ -73,6 +73,9 @@ void print_escaped(FILE *f, const char *s);
 
 /* How this process was started: alone, or as one rank of a multi-process
  * launch (mpirun/mpiexec, srun, a torchrun-style environment). */
+/* How long a failed rank waits for the others by default (--fail-wait). */
+#define LAUNCH_FAIL_WAIT_S 30
+
 typedef struct launch {
     int world;       /* ranks in the run; 1 for a single process */
     int rank;        /* this process, in [0, world) */
@@ -82,6 +85,7 @@ typedef struct launch {
     llmt_comm *comm; /* the library's communicator; NULL for a single process */
     void *adapter;   /* the llmt_comm_mpi that comm lives in, when MPI runs */
     int mpi_started; /* MPI_Init was called: launch_end finalizes */
+    int fail_wait_s; /* launch_max_bounded's wait (--fail-wait); LAUNCH_FAIL_WAIT_S */
 } launch;
 
 /* Reads the launch from the environment: Open MPI's OMPI_COMM_WORLD_*,
@@ -114,7 +118,7 @@ int launch_max(const launch *l, int value);
 
 /* launch_max for a point that a rank may fail to reach (one stuck in
  * NCCL's join while another failed before it): a rank passing a nonzero
- * value waits for the others at most LAUNCH_END_WAIT_S seconds, then ends
+ * value waits for the others at most l->fail_wait_s seconds, then ends
  * the job (MPI_Abort with exit_status, saying so). The largest value. */
 int launch_max_bounded(const launch *l, int value, int exit_status);
 
@@ -126,9 +130,8 @@ int launch_broadcast(const launch *l, void *buf, size_t bytes);
  * releases the communicator and finalizes MPI if launch_start (or
  * launch_start_alone) started it. The ranks first agree on their statuses
  * (launch_max_bounded: a rank that failed alone leaves the others blocked
- * in a collective, so it waits at most LAUNCH_END_WAIT_S seconds and then
+ * in a collective, so it waits at most l->fail_wait_s seconds and then
  * aborts the job), so no rank hangs. */
-#define LAUNCH_END_WAIT_S 30
 int launch_end(launch *l, int status);
 
 /* ---- nccl_comm.c */

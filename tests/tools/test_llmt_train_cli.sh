@@ -51,6 +51,7 @@ usage_error "--steps 1e3: not an integer" --steps 1e3 --out "$tmp/nothing"
 usage_error "--steps 99999999999999999999: out of range" --steps 99999999999999999999 --out "$tmp/nothing"
 usage_error "--steps needs a value" --out "$tmp/nothing" --steps
 usage_error "--steps given twice" --steps 1 --steps 2 --out "$tmp/nothing"
+usage_error "--fail-wait 0: out of range" --fail-wait 0 --out "$tmp/nothing"
 usage_error "--resume and --no-resume cannot be given together" --resume --no-resume --out "$tmp/nothing"
 usage_error "--resume takes no value" --resume=yes --out "$tmp/nothing"
 usage_error "unexpected argument 'steps'" steps --out "$tmp/nothing"

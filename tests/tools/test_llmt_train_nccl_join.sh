@@ -7,7 +7,7 @@
 #   - rank 1 failing to create its communicator: every rank exits 1, rank 0
 #     naming rank 1, promptly;
 #   - rank 0 failing while rank 1 never returns from the join: the job ends
-#     by MPI_Abort with status 1 after llmt-train's 30 s wait.
+#     by MPI_Abort with status 1 after llmt-train's wait (--fail-wait 4).
 # The data is never read (every case fails before it is opened).
 # Usage: test_llmt_train_nccl_join.sh LLMT_TRAIN SHIM MPIEXEC
 set -eu
@@ -27,13 +27,16 @@ train: {steps: 3, log_every: 1, seed: 7, threads: 1, backend: cuda}
 checkpoint: {every: 0, fast_every: 0}
 EOT
 
-# run MODE FAILING-RANK: the job's exit status in $rc, its seconds in $took,
-# its stderr in $tmp/err.
+# run MODE FAILING-RANK [ARGS...]: the job's exit status in $rc, its seconds
+# in $took, its stderr in $tmp/err.
 run() {
+    mode=$1 rank=$2
+    shift 2
     rc=0
     start=$(date +%s)
-    timeout 120 "$mpiexec" -n 2 env LD_PRELOAD="$shim" SHIM_MODE="$1" SHIM_RANK="$2" \
-        "$train" --config "$tmp/tiny.yaml" --out "$tmp/out-$1" > /dev/null 2> "$tmp/err" || rc=$?
+    timeout 120 "$mpiexec" -n 2 env LD_PRELOAD="$shim" SHIM_MODE="$mode" SHIM_RANK="$rank" \
+        "$train" --config "$tmp/tiny.yaml" --out "$tmp/out-$mode" "$@" > /dev/null 2> "$tmp/err" ||
+        rc=$?
     took=$(($(date +%s) - start))
 }
 has() { grep -qF -- "$1" "$tmp/err" || fail "$2: no '$1' in: $(cat "$tmp/err")"; }
@@ -55,8 +58,8 @@ has "shim: ncclCommInitRank failed on this rank" create_fails
 has "rank 0: llmt-train: creating the NCCL communicator failed on rank 1" create_fails
 [ $took -le 20 ] || fail "create_fails: took $took s"
 
-run stuck 0
+run stuck 0 --fail-wait 4
 [ $rc -eq 1 ] || fail "stuck: exit $rc (want MPI_Abort's 1): $(cat "$tmp/err")"
-has "did not answer within 30 s of this rank's failure: ending the job" stuck
-[ $took -ge 30 ] && [ $took -le 90 ] || fail "stuck: took $took s"
+has "did not answer within 4 s of this rank's failure: ending the job" stuck
+[ $took -ge 4 ] && [ $took -le 60 ] || fail "stuck: took $took s"
 echo "PASS"
