@@ -71,11 +71,11 @@ void print_escaped(FILE *f, const char *s);
 
 /* ---- launch.c */
 
-/* How this process was started: alone, or as one rank of a multi-process
- * launch (mpirun/mpiexec, srun, a torchrun-style environment). */
 /* How long a failed rank waits for the others by default (--fail-wait). */
 #define LAUNCH_FAIL_WAIT_S 30
 
+/* How this process was started: alone, or as one rank of a multi-process
+ * launch (mpirun/mpiexec, srun, a torchrun-style environment). */
 typedef struct launch {
     int world;       /* ranks in the run; 1 for a single process */
     int rank;        /* this process, in [0, world) */

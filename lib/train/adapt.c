@@ -141,6 +141,35 @@ static int agree_move(llmt_trainer *tr, int rc, int *failed)
     return comm ? llmt_comm_agree_code(comm, rc, failed) : rc;
 }
 
+/* Moves every rank to notch k (move_to; collective in data parallel).
+ * When the move fails on any rank, the ranks whose own move worked go back
+ * to the notch they left, so that every rank stays at one notch, and the
+ * failure is every rank's (the lowest failed rank's status in *failed;
+ * a rank's own failure other than a refused budget fails every rank's
+ * return too); the window restarts on every rank alike. Should going back
+ * fail (a budget refusing the state's return), the ranks' notches may
+ * differ: the next step's shape check then refuses to run (dist.c). */
+static int move_all(llmt_trainer *tr, int64_t k, int *failed)
+{
+    const int64_t was = tr->ctl.notch;
+    const int own = move_to(tr, k);
+    char own_why[512] = "";
+    if (own)
+        snprintf(own_why, sizeof own_why, "%s", llmt_error_last());
+    int rc = agree_move(tr, own, failed);
+    if (!rc || !comm_of(tr))
+        return rc;
+    char why[512];
+    snprintf(why, sizeof why, "%s", llmt_error_last());
+    int back = own == LLMT_OK       ? move_to(tr, was)
+               : own == LLMT_ENOMEM ? LLMT_OK
+                                    : llmt_fail(own, "%s", own_why);
+    int back_failed = LLMT_OK;
+    LLMT_TRY(agree_move(tr, back, &back_failed));
+    tr->since_change = 0;
+    return llmt_fail(rc, "%s", why);
+}
+
 /* The figures of this rank's candidates after a step, which the logs give. */
 typedef struct candidate {
     uint64_t other;  /* the peak's bytes that the notch leaves */
@@ -207,12 +236,12 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                          agreed <= c->max ? "" : "; the heaviest setting, still over the "
                                                  "threshold on some rank");
     int failed = LLMT_OK;
-    return agree_move(tr, move_to(tr, target), &failed);
+    return move_all(tr, target, &failed);
 }
 
 /* Relaxes to the lighter notch, which every rank predicted under the
  * threshold less the hysteresis. A budget that refuses the move on any
- * rank leaves every rank where it was (the ranks that moved go back). */
+ * rank leaves every rank where it was (move_all). */
 static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
 {
     llmt_controller *c = &tr->ctl;
@@ -227,25 +256,14 @@ static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
                      comm_of(tr) ? " on this rank, every rank predicting headroom" : "", from, to,
                      mib(cd->other + cd->lighter_bytes), predicted,
                      tr->cfg.memory_threshold - tr->cfg.hysteresis);
-    int own = move_to(tr, cd->lighter), failed = LLMT_OK;
-    int rc = agree_move(tr, own, &failed);
-    if (!rc)
-        return LLMT_OK;
-    if (failed != LLMT_ENOMEM)
+    int failed = LLMT_OK;
+    int rc = move_all(tr, cd->lighter, &failed);
+    if (!rc || failed != LLMT_ENOMEM)
         return rc;
-    /* A rank's state could not move back (a budget refused it): the ranks
-     * that moved go back to the notch the others kept, and a rank's other
-     * failure meanwhile is every rank's. */
-    char why[512];
-    snprintf(why, sizeof why, "%s", llmt_error_last());
-    if (!own)
-        LLMT_TRY(agree_move(tr, move_to(tr, was), &failed));
-    else if (comm_of(tr))
-        LLMT_TRY(agree_move(tr, own == LLMT_ENOMEM ? LLMT_OK : llmt_fail(own, "%s", why),
-                            &failed));
-    /* The notch is as it was; try again after another window. */
+    /* A budget refused the state's move on a rank: every rank is where it
+     * was; try again after another window. */
     llmt_trainer_log(tr, "relax", "step %lld: relaxing refused, staying at [%s]: %s",
-                     (long long)tr->step, from, why);
+                     (long long)tr->step, from, llmt_error_last());
     tr->since_change = 0;
     return LLMT_OK;
 }
@@ -307,8 +325,8 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     int64_t k = -1;
     if (!rc && !moved)
         rc = llmt_controller_find(c, 0, room + placed, &k);
-    if (!rc && !moved && k < 0)
-        v[AG_NONE] = comm ? llmt_comm_size(comm) - llmt_comm_rank(comm) : 1;
+    if (!rc && !moved && k < 0 && comm)
+        v[AG_NONE] = llmt_comm_size(comm) - llmt_comm_rank(comm);
     v[AG_NOTCH] = k >= 0 ? k : c->max + 1;
     LLMT_TRY(agree(tr, rc, v));
     char from[320], to[320];
@@ -347,5 +365,5 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
                      comm ? " on this rank (the heaviest of the ranks' least fitting notches)"
                           : "");
     int failed = LLMT_OK;
-    return agree_move(tr, move_to(tr, target), &failed);
+    return move_all(tr, target, &failed);
 }

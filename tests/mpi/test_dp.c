@@ -521,6 +521,57 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
     run_close(&ad);
 }
 
+/* A move one rank's budget refuses: with full recompute from the start and
+ * a budget under step 1's peak over the threshold, step 2's escalation to
+ * an offload rung is refused on rank 0 (its host budget holds no state).
+ * The step fails on every rank, and every rank is left at one notch (the
+ * ranks whose move worked went back) with the same window; with rank 0's
+ * host budget lifted, the next steps run on every rank, escalated alike. */
+static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
+{
+    run ad;
+    adaptive = 1;
+    adaptive_threshold = 0.9;
+    adaptive_relax_window = 1000;
+    adaptive_recompute = LLMT_RECOMPUTE_FULL;
+    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    adaptive = 0;
+    adaptive_threshold = 1.0;
+    adaptive_relax_window = 1;
+    adaptive_recompute = LLMT_RECOMPUTE_NONE;
+    const int64_t base = ad.tr->ctl.notch;
+    llmt_step_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.version = LLMT_STEP_REPORT_VERSION;
+    must(llmt_trainer_step(ad.tr, &rep), "step 1");
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
+    must(llmt_context_set_budget(ad.ctx, (uint64_t)((double)ms.total_peak / 0.95)), "budget");
+    if (rank == 0)
+        must(llmt_context_set_host_budget(ad.ctx, 1), "host budget");
+    int rc = llmt_trainer_step(ad.tr, &rep);
+    EXPECT(rc != LLMT_OK, "step 2: the escalation rank 0's host budget refuses did not fail");
+    EXPECT(same_on_all(ad.tr->ctl.notch) && same_on_all(ad.tr->since_change),
+           "after the refused move: notch %lld, window %lld differ between the ranks",
+           (long long)ad.tr->ctl.notch, (long long)ad.tr->since_change);
+    EXPECT(ad.tr->ctl.notch == base, "after the refused move: notch %lld, not %lld",
+           (long long)ad.tr->ctl.notch, (long long)base);
+    if (rank == 0)
+        must(llmt_context_set_host_budget(ad.ctx, 0), "host budget");
+    for (int i = 0; i < 2; i++) {
+        must(llmt_trainer_step(ad.tr, &rep), "a step after the refused move");
+        EXPECT(same_on_all(ad.tr->ctl.notch), "step %d after the refused move: notch %lld "
+               "differs between the ranks", i + 1, (long long)ad.tr->ctl.notch);
+    }
+    EXPECT(ad.tr->ctl.notch > base, "the ranks did not escalate once rank 0's host took state "
+           "(notch %lld)", (long long)ad.tr->ctl.notch);
+    if (rank == 0)
+        printf("adaptive, a move refused on rank 0 of %d: every rank stayed at notch %lld, then "
+               "escalated to %lld: %s\n", size, (long long)base, (long long)ad.tr->ctl.notch,
+               failures ? "NO" : "yes");
+    run_close(&ad);
+}
+
 static void test_precision(const char *dir, int precision, const char *name, llmt_comm *comm,
                            int size, int with_fast)
 {
@@ -554,6 +605,8 @@ static void test_precision(const char *dir, int precision, const char *name, llm
         test_adaptive_offload(dir, comm, &ref, ref_loss);
     if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1)
         test_adaptive_agreement(dir, comm, &ref, ref_loss);
+    if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1)
+        test_adaptive_refused_move(dir, comm);
     if (!with_fast) {
         if (rank == 0)
             printf("%s on %d ranks (%d layers, micro-batch %d): deterministic bitwise %s\n", name,
