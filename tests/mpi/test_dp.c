@@ -414,6 +414,23 @@ static int64_t own_target(const run *r, double threshold)
     return -1;
 }
 
+/* Opens r as an adaptive fp32 deterministic run (seed 77) at full recompute
+ * on every layer, with the memory threshold and relax window given; the
+ * next runs are opened with dp_run's defaults again. */
+static void open_full_recompute(run *r, const char *dir, llmt_comm *comm, double threshold,
+                                int32_t window)
+{
+    adaptive = 1;
+    adaptive_threshold = threshold;
+    adaptive_relax_window = window;
+    adaptive_recompute = LLMT_RECOMPUTE_FULL;
+    run_open(r, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    adaptive = 0;
+    adaptive_threshold = 1.0;
+    adaptive_relax_window = 1;
+    adaptive_recompute = LLMT_RECOMPUTE_NONE;
+}
+
 /* Adaptive and deterministic (fp32), threshold 0.9, relax window 2, every
  * layer at full recompute from the start (the notches above are the
  * offload rungs), the budgets differing by rank so that the ranks' own
@@ -441,15 +458,7 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
     log[0] = '\0';
     run ad;
     double loss[STEPS];
-    adaptive = 1;
-    adaptive_threshold = threshold;
-    adaptive_relax_window = WINDOW;
-    adaptive_recompute = LLMT_RECOMPUTE_FULL;
-    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
-    adaptive = 0;
-    adaptive_threshold = 1.0;
-    adaptive_relax_window = 1;
-    adaptive_recompute = LLMT_RECOMPUTE_NONE;
+    open_full_recompute(&ad, dir, comm, threshold, WINDOW);
     must(llmt_trainer_set_log(ad.tr, keep_log, log), "log");
     const int64_t base = ad.tr->ctl.notch;
     adaptive_step(&ad, 0, 0, loss);
@@ -530,15 +539,7 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
 static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
 {
     run ad;
-    adaptive = 1;
-    adaptive_threshold = 0.9;
-    adaptive_relax_window = 1000;
-    adaptive_recompute = LLMT_RECOMPUTE_FULL;
-    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
-    adaptive = 0;
-    adaptive_threshold = 1.0;
-    adaptive_relax_window = 1;
-    adaptive_recompute = LLMT_RECOMPUTE_NONE;
+    open_full_recompute(&ad, dir, comm, 0.9, 1000);
     const int64_t base = ad.tr->ctl.notch;
     llmt_step_report rep;
     memset(&rep, 0, sizeof rep);

@@ -228,33 +228,45 @@ static void assert_same_state(rig *a, rig *b)
                 la.shard_cursor == lb.shard_cursor && la.window_cursor == lb.window_cursor);
 }
 
+/* Sets tight's budget to what it holds plus half the arena of full
+ * recompute (no recompute notch fits, full recompute with enough of the
+ * state offloaded does, the micro-batch need not shrink) and runs steps
+ * steps side by side with free_run: step 1 runs out of memory, the
+ * controller offloads part of the optimizer's state (the device state the
+ * plan's less the host segment, as the controller predicts) instead of
+ * halving the micro-batch, and the runs stay bitwise alike. Returns the
+ * budget. */
+static uint64_t offload_under_budget(rig *free_run, rig *tight, int steps)
+{
+    llmt_plan p = plan_full(tight);
+    uint64_t arena = p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE];
+    assert_true(p.bytes[LLMT_MEM_OPTIMIZER] > arena); /* offload can make the room */
+    uint64_t budget = stats(tight).total_current + arena / 2;
+    assert_int_equal(llmt_context_set_budget(tight->ctx, budget), LLMT_OK);
+    assert_int_equal(steps_side_by_side(free_run, tight, steps, budget), 1);
+    assert_contains(tight->log, "step 1: out of memory");
+    assert_contains(tight->log, "optimizer state offloaded: embedding and layers 0-");
+    assert_null(strstr(tight->log, "micro-batch 2"));
+    int32_t parts = 0, layers = 0;
+    assert_int_equal(llmt_optimizer_get_offload(tight->opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
+    assert_true(layers >= 1);
+    llmt_memory_stats s = stats(tight);
+    assert_true(s.current[LLMT_MEM_HOST_STATE] > 0);
+    assert_int_equal(s.current[LLMT_MEM_OPTIMIZER],
+                     p.bytes[LLMT_MEM_OPTIMIZER] - s.current[LLMT_MEM_HOST_STATE]);
+    assert_int_equal(s.current[LLMT_MEM_OPTIMIZER], llmt_controller_placed_bytes(&tight->tr->ctl));
+    assert_same_state(free_run, tight);
+    return budget;
+}
+
 static void check_precision(int precision)
 {
     enum { TIGHT = 5 };
     rig free_run, tight;
     rig_open(&free_run, precision, 2, NULL);
     rig_open(&tight, precision, 2, NULL);
-    /* Room for half the arena of full recompute beside everything allocated
-     * now (the optimizer's state included): no recompute notch fits, but
-     * full recompute with enough of the state offloaded does, and the
-     * micro-batch need not shrink. */
-    llmt_plan p = plan_full(&tight);
-    uint64_t arena = p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE];
-    assert_true(p.bytes[LLMT_MEM_OPTIMIZER] > arena); /* offload can make the room */
-    uint64_t budget = stats(&tight).total_current + arena / 2;
-    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
-    assert_int_equal(steps_side_by_side(&free_run, &tight, TIGHT, budget), 1);
-    assert_contains(tight.log, "step 1: out of memory");
-    assert_contains(tight.log, "optimizer state offloaded: embedding and layers 0-");
-    assert_null(strstr(tight.log, "micro-batch 2"));
-    int32_t parts = 0, layers = 0;
-    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
-    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
-    assert_true(layers >= 1);
-    llmt_memory_stats s = stats(&tight);
-    assert_true(s.current[LLMT_MEM_HOST_STATE] > 0);
-    assert_true(s.current[LLMT_MEM_OPTIMIZER] < p.bytes[LLMT_MEM_OPTIMIZER]);
-    assert_same_state(&free_run, &tight);
+    uint64_t budget = offload_under_budget(&free_run, &tight, TIGHT);
 
     /* Memory frees up: the controller relaxes, the state returns to the
      * device, and the run stays bitwise the free one. */
@@ -263,6 +275,7 @@ static void check_precision(int precision)
     for (int i = 0; i < 60 && !back; i++) {
         llmt_step_report a = step(&free_run), b = step(&tight);
         assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        int32_t parts = 0, layers = 0;
         assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
         back = parts == LLMT_OFFLOAD_NONE && b.recompute_layers == 0;
     }
@@ -297,24 +310,7 @@ static void test_sharded_offload_rungs(void **state)
     shard_comm = comm;
     rig_open(&tight, LLMT_PRECISION_FP32, 1000, NULL);
     shard_comm = NULL; /* the next rigs are not sharded, whatever fails below */
-    llmt_plan p = plan_full(&tight);
-    uint64_t arena = p.bytes[LLMT_MEM_ACTIVATIONS] + p.bytes[LLMT_MEM_WORKSPACE];
-    uint64_t budget = stats(&tight).total_current + arena / 2;
-    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
-    assert_int_equal(steps_side_by_side(&free_run, &tight, TIGHT, budget), 1);
-    assert_contains(tight.log, "step 1: out of memory");
-    assert_contains(tight.log, "optimizer state offloaded: embedding and layers 0-");
-    assert_null(strstr(tight.log, "micro-batch 2"));
-    int32_t parts = 0, layers = 0;
-    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
-    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
-    assert_true(layers >= 1);
-    llmt_memory_stats s = stats(&tight);
-    assert_true(s.current[LLMT_MEM_HOST_STATE] > 0);
-    assert_int_equal(s.current[LLMT_MEM_OPTIMIZER],
-                     p.bytes[LLMT_MEM_OPTIMIZER] - s.current[LLMT_MEM_HOST_STATE]);
-    assert_int_equal(s.current[LLMT_MEM_OPTIMIZER], llmt_controller_placed_bytes(&tight.tr->ctl));
-    assert_same_state(&free_run, &tight);
+    offload_under_budget(&free_run, &tight, TIGHT);
     rig_close(&free_run);
     rig_close(&tight);
     llmt_comm_free(comm);
