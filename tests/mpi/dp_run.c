@@ -1,10 +1,13 @@
 /* The data-parallel tests' shared run (dp_run.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/context_internal.h"
 #include "dist/comm_internal.h"
 #include "dp_run.h"
+#include "model/model_internal.h"
+#include "train/trainer_internal.h"
 
 int32_t layers = 2, micro = MICRO;
 const char *fast_dir;
@@ -146,4 +149,47 @@ void train(run *r, int n, double *losses)
         if (losses)
             losses[i] = rep.loss;
     }
+}
+
+int64_t offload_prefix_of(const llmt_model *m, int32_t off)
+{
+    if (off == 0)
+        return 0;
+    if (off == LLMT_OFFLOAD_ALL_LAYERS)
+        return m->num_params;
+    int64_t p = 0;
+    for (int32_t i = 0; i < m->n_params; i++) {
+        int layer = -1;
+        const char *name = m->params[i].name;
+        if (!strcmp(name, "model.embed_tokens.weight") ||
+            (sscanf(name, "model.layers.%d.", &layer) == 1 && layer < off))
+            p += m->params[i].numel;
+    }
+    return p;
+}
+
+void append_log(void *user, const char *line)
+{
+    char *log = user;
+    size_t used = strlen(log);
+    snprintf(log + used, 8192 - used, "%s\n", line);
+}
+
+void adaptive_step_agreed(run *r, int i, uint64_t budget, double *loss)
+{
+    llmt_step_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.version = LLMT_STEP_REPORT_VERSION;
+    must(llmt_trainer_step(r->tr, &rep), "adaptive step");
+    loss[i] = rep.loss;
+    int32_t parts = 0, off = 0;
+    must(llmt_optimizer_get_offload(r->opt, &parts, &off), "get_offload");
+    const int same = same_on_all(r->tr->ctl.notch) && same_on_all(off) && same_on_all(parts);
+    EXPECT(same, "step %d: notch %lld, offload (%d, %d) differ between the ranks", i + 1,
+           (long long)r->tr->ctl.notch, parts, off);
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    EXPECT(rep.micro_batch == MICRO && (!budget || ms.total_peak <= budget),
+           "step %d: micro-batch %d, this rank's peak %llu of its budget %llu", i + 1,
+           rep.micro_batch, (unsigned long long)ms.total_peak, (unsigned long long)budget);
 }

@@ -77,4 +77,20 @@ void run_close(run *r);
 /* Runs n steps, each step's loss into losses (may be NULL). */
 void train(run *r, int n, double *losses);
 
+/* The end P of the prefix [0, P) whose state `off` offloaded layers put in
+ * host memory, from the parameters' names (not the library's
+ * llmt_offload_prefix): none for 0, else the embedding's and layers
+ * 0..off-1's elements, stored first in that order; every element for
+ * LLMT_OFFLOAD_ALL_LAYERS. */
+int64_t offload_prefix_of(const llmt_model *m, int32_t off);
+
+/* Step i + 1 of an adaptive run, its loss into loss[i]: expects every rank
+ * to have the same notch and offload after it, the micro-batch to be MICRO
+ * and this rank's peak within budget (0: not checked). */
+void adaptive_step_agreed(run *r, int i, uint64_t budget, double *loss);
+
+/* A trainer's log callback: appends the line to the buffer user (a
+ * char[8192]). */
+void append_log(void *user, const char *line);
+
 #endif

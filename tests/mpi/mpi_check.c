@@ -12,3 +12,11 @@ void must(int rc, const char *what)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
 }
+
+int same_on_all(int64_t v)
+{
+    int64_t lo = 0, hi = 0;
+    MPI_Allreduce(&v, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&v, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}

@@ -3,6 +3,7 @@
 #ifndef LLMT_TEST_MPI_CHECK_H
 #define LLMT_TEST_MPI_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "llmt/llmt.h"
@@ -13,6 +14,9 @@ extern int rank, size, failures;
 
 /* Aborts the job, naming the rank and the library's message, unless rc is 0. */
 void must(int rc, const char *what);
+
+/* Whether v is the same on every rank of MPI_COMM_WORLD (collective). */
+int same_on_all(int64_t v);
 
 /* Counts a failed expectation on this rank, with a message. */
 #define EXPECT(cond, ...)                                                          \

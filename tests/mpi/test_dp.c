@@ -61,28 +61,6 @@ static double max_difference(const run *a, const run *b, int *bitwise)
     return worst;
 }
 
-/* The end P of the prefix [0, P) whose state `off` offloaded layers put in
- * host memory, from the parameters' names (not the library's
- * llmt_offload_prefix): none for 0, else the embedding's and layers
- * 0..off-1's elements, stored first in that order; every element for
- * LLMT_OFFLOAD_ALL_LAYERS. */
-static int64_t prefix_of(const llmt_model *m, int32_t off)
-{
-    if (off == 0)
-        return 0;
-    if (off == LLMT_OFFLOAD_ALL_LAYERS)
-        return m->num_params;
-    int64_t p = 0;
-    for (int32_t i = 0; i < m->n_params; i++) {
-        int layer = -1;
-        const char *name = m->params[i].name;
-        if (!strcmp(name, "model.embed_tokens.weight") ||
-            (sscanf(name, "model.layers.%d.", &layer) == 1 && layer < off))
-            p += m->params[i].numel;
-    }
-    return p;
-}
-
 /* x clamped to [lo, hi]. */
 static int64_t clamp(int64_t x, int64_t lo, int64_t hi)
 {
@@ -103,7 +81,7 @@ static int expect_placement(const run *r, int32_t off, const char *name)
     int32_t parts = -1, got = -2;
     must(llmt_optimizer_shard(o, &first, &end), "shard");
     must(llmt_optimizer_get_offload(o, &parts, &got), "get_offload");
-    const int64_t p = prefix_of(r->model, off);
+    const int64_t p = offload_prefix_of(r->model, off);
     const int64_t split = clamp(p, first, end);
     const size_t sb = llmt_dtype_size(o->state_dt), mb = o->has_master ? sizeof(float) : 0;
     EXPECT(parts == LLMT_OFFLOAD_OPTIMIZER && got == off, "%s: placement (%d, %d), not "
@@ -151,11 +129,11 @@ static int32_t second_half_layers(const run *r, int32_t off)
 {
     int64_t first = 0, end = 0;
     must(llmt_optimizer_shard(r->opt, &first, &end), "shard");
-    const int64_t was = prefix_of(r->model, off);
+    const int64_t was = offload_prefix_of(r->model, off);
     const int32_t n = layers + 2;
     for (int32_t i = 0; i < n; i++) {
         int32_t l = (rank + 1 + i) % n, v = l > layers ? LLMT_OFFLOAD_ALL_LAYERS : l;
-        if (clamp(prefix_of(r->model, v), first, end) != clamp(was, first, end))
+        if (clamp(offload_prefix_of(r->model, v), first, end) != clamp(was, first, end))
             return v;
     }
     return off;
@@ -205,23 +183,6 @@ static void test_offloaded(const char *dir, int precision, const char *name, llm
     run_close(&off);
 }
 
-/* Appends a trainer's log line to the buffer user (a char[8192]). */
-static void keep_log(void *user, const char *line)
-{
-    char *log = user;
-    size_t used = strlen(log);
-    snprintf(log + used, 8192 - used, "%s\n", line);
-}
-
-/* Whether v is the same on every rank (collective). */
-static int same_on_all(int64_t v)
-{
-    int64_t lo = 0, hi = 0;
-    MPI_Allreduce(&v, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&v, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-    return lo == hi;
-}
-
 /* Checks, on this rank, that the device bytes of r's optimizer state are
  * what its range and offload leave on the device, from the parameters'
  * names (prefix_of: fp32 moments, 8 bytes an element), and equal the
@@ -232,7 +193,7 @@ static uint64_t expect_predicted(const run *r, int step)
     int32_t parts = 0, off = 0;
     must(llmt_optimizer_shard(r->opt, &first, &end), "shard");
     must(llmt_optimizer_get_offload(r->opt, &parts, &off), "get_offload");
-    const int64_t split = parts ? clamp(prefix_of(r->model, off), first, end) : first;
+    const int64_t split = parts ? clamp(offload_prefix_of(r->model, off), first, end) : first;
     llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
     must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
     const uint64_t device = ms.current[LLMT_MEM_OPTIMIZER];
@@ -264,28 +225,14 @@ static uint64_t tight_budget(const run *r)
     return ms.total_current + arena / 2;
 }
 
-/* Step i + 1 of an adaptive run, its loss into loss[i]: every rank has the
- * same notch and offload after it, the micro-batch is MICRO, this rank's
- * peak is within budget (0: not checked) and its optimizer's device bytes
- * are predicted. Returns whether the state is all on the device. */
+/* adaptive_step_agreed, and this rank's optimizer's device bytes are
+ * predicted. Returns whether the state is all on the device. */
 static int adaptive_step(run *r, int i, uint64_t budget, double *loss)
 {
-    llmt_step_report rep;
-    memset(&rep, 0, sizeof rep);
-    rep.version = LLMT_STEP_REPORT_VERSION;
-    must(llmt_trainer_step(r->tr, &rep), "adaptive step");
-    loss[i] = rep.loss;
+    adaptive_step_agreed(r, i, budget, loss);
+    expect_predicted(r, i + 1);
     int32_t parts = 0, off = 0;
     must(llmt_optimizer_get_offload(r->opt, &parts, &off), "get_offload");
-    int same = same_on_all(r->tr->ctl.notch) && same_on_all(off) && same_on_all(parts);
-    EXPECT(same, "step %d: notch %lld, offload (%d, %d) differ between the ranks", i + 1,
-           (long long)r->tr->ctl.notch, parts, off);
-    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
-    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
-    EXPECT(rep.micro_batch == MICRO && (!budget || ms.total_peak <= budget),
-           "step %d: micro-batch %d, this rank's peak %llu of its budget %llu", i + 1,
-           rep.micro_batch, (unsigned long long)ms.total_peak, (unsigned long long)budget);
-    expect_predicted(r, i + 1);
     return parts == LLMT_OFFLOAD_NONE;
 }
 
@@ -312,7 +259,7 @@ static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *r
     double loss[STEPS];
     adaptive = 1;
     run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 77);
-    must(llmt_trainer_set_log(ad.tr, keep_log, log), "log");
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
     const uint64_t budget = tight_budget(&ad);
     must(llmt_context_set_budget(ad.ctx, budget), "budget");
     int64_t host_max = 0;
@@ -349,7 +296,7 @@ static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *r
     log[0] = '\0';
     run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, ckpt, 0, 5);
     adaptive = 0;
-    must(llmt_trainer_set_log(ad.tr, keep_log, log), "log");
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
     int64_t step = -1;
     must(llmt_trainer_resume_latest(ad.tr, &step), "resume");
     EXPECT(step == TIGHT, "resumed from step %lld, not %d", (long long)step, TIGHT);
@@ -459,7 +406,7 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
     run ad;
     double loss[STEPS];
     open_full_recompute(&ad, dir, comm, threshold, WINDOW);
-    must(llmt_trainer_set_log(ad.tr, keep_log, log), "log");
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
     const int64_t base = ad.tr->ctl.notch;
     adaptive_step(&ad, 0, 0, loss);
     llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;

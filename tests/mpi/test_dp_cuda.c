@@ -37,7 +37,17 @@
  * offloaded (LLMT_OFFLOAD_OPTIMIZER, a rank's range straddling the split),
  * the pipelined host AdamW reads the reduced sum from the device and 3
  * steps (fp32 offloaded from the start, bf16_mixed from step 1) give
- * bitwise the weights and state of the run without offload; a rank whose
+ * bitwise the weights and state of the run without offload; adaptive
+ * (fp32, 5 steps) under a device budget that fits full recompute only with
+ * at least half of each rank's optimizer state on the host: step 1 runs out
+ * of memory on every rank, the ranks agree on the heaviest of their least
+ * fitting offload rungs (some rank's state moves to the host, a rank's
+ * range straddling the split), the budget grows after step 3 and the
+ * controller relaxes a notch a step (the state moves back to the device);
+ * at every step every rank has the same notch and offload, and its device
+ * optimizer bytes (the context's count) are those of its range past the
+ * split, from the parameters' names, and the controller's prediction; the
+ * weights, state and losses are bitwise one process's without budget; a rank whose
  * overlapped exchange is refused mid-backward fails the step on every rank
  * within the stand-in's bounded wait, itself naming the refusal; a
  * sharded checkpoint saved at N ranks at step 3 (synchronously: the log
@@ -57,6 +67,7 @@
 #include "llmt/llmt.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
+#include "train/trainer_internal.h"
 
 enum { STEPS_CUDA = 5, SAVED = 3 };
 
@@ -249,6 +260,123 @@ static void test_weights_disagree(llmt_comm *comm)
     llmt_context_free(ctx);
 }
 
+/* Checks, on this rank, that r's fp32 optimizer (8 bytes of moments an
+ * element) splits its range [first, end) where prefix_of puts its offload:
+ * the device bytes of state measured by the context (LLMT_MEM_OPTIMIZER,
+ * device memory) are those of [split, end) and the controller's
+ * prediction, the host moments those of [first, split) (read from the
+ * optimizer's buffers: LLMT_MEM_HOST_STATE holds the pipelined update's
+ * pinned staging too). Returns this rank's host moment bytes. */
+static int64_t expect_predicted(const run *r, int step)
+{
+    const llmt_optimizer *o = r->opt;
+    int64_t first = 0, end = 0;
+    int32_t parts = 0, off = 0;
+    must(llmt_optimizer_shard(o, &first, &end), "shard");
+    must(llmt_optimizer_get_offload(o, &parts, &off), "get_offload");
+    int64_t split = parts ? offload_prefix_of(r->model, off) : first;
+    split = split < first ? first : split > end ? end : split;
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    const uint64_t device = ms.current[LLMT_MEM_OPTIMIZER];
+    const uint64_t host = (uint64_t)(o->hm.bytes + o->hv.bytes);
+    EXPECT(device == (uint64_t)(end - split) * 8 && host == (uint64_t)(split - first) * 8 &&
+               device == llmt_controller_placed_bytes(&r->tr->ctl),
+           "step %d: [%lld, %lld) with %d layers offloaded: %llu device and %llu host bytes of "
+           "state, the controller predicts %llu device bytes, the split %lld gives %lld and %lld",
+           step, (long long)first, (long long)end, off, (unsigned long long)device,
+           (unsigned long long)host, (unsigned long long)llmt_controller_placed_bytes(&r->tr->ctl),
+           (long long)split, (long long)(end - split) * 8, (long long)(split - first) * 8);
+    return (int64_t)host;
+}
+
+/* An adaptive run's device budget before its first step: what this rank
+ * holds now and the arena of full recompute at micro-batch MICRO (the
+ * controller's figure, which before the first step places no optimizer
+ * state), less half this rank's optimizer state: full recompute does not
+ * fit, offloading half the state does. Not test_dp.c's tight_budget (room
+ * for half the arena beside the state): on CUDA the arena is mostly the
+ * GEMM's fixed workspace, which no notch shrinks. */
+static uint64_t tight_budget(const run *r)
+{
+    const llmt_controller *c = &r->tr->ctl;
+    uint64_t arena = 0;
+    must(llmt_controller_bytes(c, (int64_t)(LLMT_LADDER_LEVELS - 1) * c->layers, &arena),
+         "the arena of full recompute");
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    return ms.total_current + arena - ms.current[LLMT_MEM_OPTIMIZER] / 2;
+}
+
+/* adaptive_step_agreed, and this rank's optimizer's device bytes are
+ * predicted. Returns the notch. */
+static int64_t adaptive_step(run *r, int i, uint64_t budget, double *loss)
+{
+    adaptive_step_agreed(r, i, budget, loss);
+    expect_predicted(r, i + 1);
+    return r->tr->ctl.notch;
+}
+
+/* Adaptive (memory.adaptive) and deterministic, fp32, over the engine,
+ * under tight_budget (device memory): no recompute notch fits, so step 1
+ * runs out of memory on every rank and the ranks agree on an offload rung
+ * (the heaviest of their least fitting ones); some rank's state moves to
+ * the host, where the pipelined host AdamW updates it. Before step TIGHT + 1
+ * the budget grows eightfold and the controller relaxes a notch a step,
+ * moving state back to device memory. At every step every rank has the
+ * same notch and offload and its device state bytes are the controller's
+ * prediction; after STEPS_CUDA steps the weights, this rank's range, the
+ * gathered state and the losses are bitwise ref's (one process, no
+ * budget). */
+static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *ref,
+                                  const double *ref_loss)
+{
+    enum { TIGHT = 3 };
+    const double start = MPI_Wtime();
+    static char log[8192];
+    log[0] = '\0';
+    run ad;
+    double loss[STEPS_CUDA];
+    adaptive = 1;
+    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    adaptive = 0;
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
+    const uint64_t budget = tight_budget(&ad);
+    must(llmt_context_set_budget(ad.ctx, budget), "budget");
+    int64_t host = 0, host_max = 0, tight_notch = -1, notch = -1;
+    int straddles = 0, any_straddles = 0;
+    for (int i = 0; i < STEPS_CUDA; i++) {
+        if (i == TIGHT) {
+            host = expect_predicted(&ad, i);
+            straddles = ad.opt->first < ad.opt->split && ad.opt->split < ad.opt->end;
+            tight_notch = notch;
+            must(llmt_context_set_budget(ad.ctx, budget * 8), "budget");
+        }
+        notch = adaptive_step(&ad, i, i < TIGHT ? budget : 0, loss);
+    }
+    MPI_Allreduce(&host, &host_max, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&straddles, &any_straddles, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    /* The cases the budget was chosen for, so the test cannot degrade. */
+    EXPECT(host_max > 0 && any_straddles && strstr(log, "step 1: out of memory") &&
+               strstr(log, "optimizer state offloaded: embedding and layers"),
+           "no rank's state went to the host under the budget, or no rank's range straddles "
+           "the split (most host bytes %lld, straddling %d); log:\n%s", (long long)host_max,
+           any_straddles, log);
+    EXPECT(notch < tight_notch && strstr(log, "relaxing from"), "no relaxing after the budget "
+           "grew (notch %lld, %lld under the budget); log:\n%s", (long long)notch,
+           (long long)tight_notch, log);
+    expect_same(&ad, ref, "adaptive under a budget");
+    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "adaptive under a budget: losses differ "
+           "(step %d: %.17g vs %.17g)", STEPS_CUDA, loss[STEPS_CUDA - 1],
+           ref_loss[STEPS_CUDA - 1]);
+    if (rank == 0)
+        printf("adaptive with offload on %d ranks (emulated CUDA, NCCL engine): notch %lld under "
+               "the budget, %lld after, most host bytes %lld, bitwise %s (%.1f s)\n", size,
+               (long long)tight_notch, (long long)notch, (long long)host_max,
+               failures ? "NO" : "yes", MPI_Wtime() - start);
+    run_close(&ad);
+}
+
 static void test_precision(const char *dir, int precision, const char *name, llmt_comm *comm)
 {
     double ref_loss[STEPS_CUDA], dp_loss[STEPS_CUDA];
@@ -286,6 +414,8 @@ static void test_precision(const char *dir, int precision, const char *name, llm
         }
         EXPECT(round_trip, "%s: set_state then get_state differ", what);
     }
+    if (precision == LLMT_PRECISION_FP32)
+        test_adaptive_offload(dir, comm, &ref, ref_loss);
     if (rank == 0)
         printf("%s on %d ranks (emulated CUDA, NCCL engine): bitwise %s\n", name, size,
                failures ? "NO" : "yes");
