@@ -160,7 +160,11 @@ typedef struct llmt_step_report {
  * named) from the step that joins it. The step that reaches total_steps
  * commits a data-parallel async save still in flight. A step that fails
  * before it is counted (its forward, backward or update) leaves the
- * loader where it was, so calling again retries the same batch. */
+ * loader where it was, so calling again retries the same batch. A failure
+ * after it is counted (the adaptive controller's move for the next step,
+ * in a data-parallel run any rank's; an evaluation; a save) leaves the step
+ * applied and counted (llmt_trainer_step_index), so calling again trains
+ * the next batch. */
 LLMT_API int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report);
 
 /* Called after every step of llmt_trainer_run; a nonzero return stops the run
