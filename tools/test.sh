@@ -47,7 +47,9 @@ trap - EXIT
 echo "== sanitizer build (ASan + UBSan, CPU backend) =="
 run_suite build/test-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMT_SANITIZE=ON -DLLMT_CUDA=OFF
 echo "== fuzzers (libFuzzer + ASan + UBSan, bounded time) =="
-CC=clang cmake -S . -B build/test-fuzz -DLLMT_FUZZ=ON -DLLMT_CUDA=OFF -DLLMT_BUILD_EXAMPLES=OFF
+# 10 s a fuzzer (LLMT_FUZZ_SECONDS is 20 by default): the suite's time.
+CC=clang cmake -S . -B build/test-fuzz -DLLMT_FUZZ=ON -DLLMT_CUDA=OFF -DLLMT_BUILD_EXAMPLES=OFF \
+    -DLLMT_FUZZ_SECONDS=10
 cmake --build build/test-fuzz -j"$jobs" --target fuzz_manifest fuzz_safetensors
 ctest --test-dir build/test-fuzz --output-on-failure
 # The release build found a CUDA compiler (and so built the plugin) or not.

@@ -9,7 +9,7 @@
 # Usage: test_llmt_train.sh LLMT_TRAIN
 set -eu
 train=$1
-steps=40
+steps=30
 tmp=$(mktemp -d)
 # The fast tier of each run lives in /dev/shm under a name llmt-train
 # prints; a run that ends removes it, the trap covers the ones that fail.

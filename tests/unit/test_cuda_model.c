@@ -268,7 +268,7 @@ static void test_cuda_deterministic(void **state)
 {
     (void)state;
     need_cuda();
-    enum { N = 4 };
+    enum { N = 2 };
     const int precisions[2] = {LLMT_PRECISION_BF16_MIXED, LLMT_PRECISION_FP32};
     for (int p = 0; p < 2; p++) {
         double l1[N], l2[N];
