@@ -185,7 +185,7 @@ static void test_offloaded(const char *dir, int precision, const char *name, llm
 
 /* Checks, on this rank, that the device bytes of r's optimizer state are
  * what its range and offload leave on the device, from the parameters'
- * names (prefix_of: fp32 moments, 8 bytes an element), and equal the
+ * names (offload_prefix_of: fp32 moments, 8 bytes an element), and equal the
  * controller's prediction. Returns this rank's host state bytes. */
 static uint64_t expect_predicted(const run *r, int step)
 {

@@ -261,7 +261,7 @@ static void test_weights_disagree(llmt_comm *comm)
 }
 
 /* Checks, on this rank, that r's fp32 optimizer (8 bytes of moments an
- * element) splits its range [first, end) where prefix_of puts its offload:
+ * element) splits its range [first, end) where offload_prefix_of puts its offload:
  * the device bytes of state measured by the context (LLMT_MEM_OPTIMIZER,
  * device memory) are those of [split, end) and the controller's
  * prediction, the host moments those of [first, split) (read from the
