@@ -170,6 +170,26 @@ static int move_all(llmt_trainer *tr, int64_t k, int *failed)
     return llmt_fail(rc, "%s", why);
 }
 
+/* The outcome rc of a move between steps that move_all made (an
+ * escalation above the threshold, a relaxation with headroom). A move a
+ * budget refused on some rank (failed, the lowest failed rank's status, is
+ * LLMT_ENOMEM) left every rank where it was: logged as event ("escalate"
+ * or "relax": "<moving> refused, staying at [from]"), the window restarts
+ * and the step just counted stands. A refused escalation is tried again
+ * after the next step; a step that does not fit meanwhile takes the
+ * out-of-memory path, which fits it or fails before the step is counted.
+ * Any other failure is returned. */
+static int stay_if_refused(llmt_trainer *tr, int rc, int failed, const char *event,
+                           const char *moving, const char *from)
+{
+    if (!rc || failed != LLMT_ENOMEM)
+        return rc;
+    llmt_trainer_log(tr, event, "step %lld: %s refused, staying at [%s]: %s", (long long)tr->step,
+                     moving, from, llmt_error_last());
+    tr->since_change = 0;
+    return LLMT_OK;
+}
+
 /* The figures of this rank's candidates after a step, which the logs give. */
 typedef struct candidate {
     uint64_t other;  /* the peak's bytes that the notch leaves */
@@ -208,7 +228,9 @@ static int propose(llmt_trainer *tr, uint64_t peak, uint64_t cap, candidate *cd,
     return LLMT_OK;
 }
 
-/* Escalates to the agreed notch (above the current). */
+/* Escalates to the agreed notch (above the current). A budget that
+ * refuses the move on any rank leaves every rank where it was
+ * (stay_if_refused). */
 static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candidate *cd,
                     int64_t agreed)
 {
@@ -236,12 +258,13 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                          agreed <= c->max ? "" : "; the heaviest setting, still over the "
                                                  "threshold on some rank");
     int failed = LLMT_OK;
-    return move_all(tr, target, &failed);
+    int rc = move_all(tr, target, &failed);
+    return stay_if_refused(tr, rc, failed, "escalate", "escalating", from);
 }
 
 /* Relaxes to the lighter notch, which every rank predicted under the
  * threshold less the hysteresis. A budget that refuses the move on any
- * rank leaves every rank where it was (move_all). */
+ * rank leaves every rank where it was (stay_if_refused). */
 static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
 {
     llmt_controller *c = &tr->ctl;
@@ -258,14 +281,7 @@ static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
                      tr->cfg.memory_threshold - tr->cfg.hysteresis);
     int failed = LLMT_OK;
     int rc = move_all(tr, cd->lighter, &failed);
-    if (!rc || failed != LLMT_ENOMEM)
-        return rc;
-    /* A budget refused the state's move on a rank: every rank is where it
-     * was; try again after another window. */
-    llmt_trainer_log(tr, "relax", "step %lld: relaxing refused, staying at [%s]: %s",
-                     (long long)tr->step, from, llmt_error_last());
-    tr->since_change = 0;
-    return LLMT_OK;
+    return stay_if_refused(tr, rc, failed, "relax", "relaxing", from);
 }
 
 int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)

@@ -478,15 +478,18 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
 }
 
 /* A move one rank's budget refuses: with full recompute from the start and
- * a budget under step 1's peak over the threshold, step 2's escalation to
- * an offload rung is refused on rank 0 (its host budget holds no state).
- * The step fails on every rank, and every rank is left at one notch (the
- * ranks whose move worked went back) with the same window; with rank 0's
- * host budget lifted, the next steps run on every rank, escalated alike. */
+ * a budget under step 1's peak over the threshold, the escalation to an
+ * offload rung after steps 2 and 3 is refused on rank 0 (its host budget
+ * holds no state). Both steps stand on every rank (counted, the refusal
+ * logged), and every rank is left at one notch (the ranks whose move
+ * worked went back) with the same window; with rank 0's host budget
+ * lifted, the next step escalates on every rank alike. */
 static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
 {
     run ad;
     open_full_recompute(&ad, dir, comm, 0.9, 1000);
+    char log[8192] = "";
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
     const int64_t base = ad.tr->ctl.notch;
     llmt_step_report rep;
     memset(&rep, 0, sizeof rep);
@@ -497,26 +500,30 @@ static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
     must(llmt_context_set_budget(ad.ctx, (uint64_t)((double)ms.total_peak / 0.95)), "budget");
     if (rank == 0)
         must(llmt_context_set_host_budget(ad.ctx, 1), "host budget");
-    int rc = llmt_trainer_step(ad.tr, &rep);
-    EXPECT(rc != LLMT_OK, "step 2: the escalation rank 0's host budget refuses did not fail");
-    EXPECT(same_on_all(ad.tr->ctl.notch) && same_on_all(ad.tr->since_change),
-           "after the refused move: notch %lld, window %lld differ between the ranks",
-           (long long)ad.tr->ctl.notch, (long long)ad.tr->since_change);
-    EXPECT(ad.tr->ctl.notch == base, "after the refused move: notch %lld, not %lld",
-           (long long)ad.tr->ctl.notch, (long long)base);
+    for (int64_t s = 2; s <= 3; s++) {
+        must(llmt_trainer_step(ad.tr, &rep), "a step whose escalation rank 0 refuses");
+        EXPECT(llmt_trainer_step_index(ad.tr) == s, "step %lld was not counted",
+               (long long)s);
+        EXPECT(same_on_all(ad.tr->ctl.notch) && same_on_all(ad.tr->since_change),
+               "after step %lld's refused move: notch %lld, window %lld differ between the "
+               "ranks", (long long)s, (long long)ad.tr->ctl.notch,
+               (long long)ad.tr->since_change);
+        EXPECT(ad.tr->ctl.notch == base, "after step %lld's refused move: notch %lld, not %lld",
+               (long long)s, (long long)ad.tr->ctl.notch, (long long)base);
+    }
+    EXPECT(strstr(log, "step 3: escalating refused, staying at [") != NULL,
+           "the refusal after step 3 was not logged:\n%s", log);
     if (rank == 0)
         must(llmt_context_set_host_budget(ad.ctx, 0), "host budget");
-    for (int i = 0; i < 2; i++) {
-        must(llmt_trainer_step(ad.tr, &rep), "a step after the refused move");
-        EXPECT(same_on_all(ad.tr->ctl.notch), "step %d after the refused move: notch %lld "
-               "differs between the ranks", i + 1, (long long)ad.tr->ctl.notch);
-    }
+    must(llmt_trainer_step(ad.tr, &rep), "step 4, rank 0's host budget lifted");
+    EXPECT(same_on_all(ad.tr->ctl.notch), "after step 4: notch %lld differs between the ranks",
+           (long long)ad.tr->ctl.notch);
     EXPECT(ad.tr->ctl.notch > base, "the ranks did not escalate once rank 0's host took state "
            "(notch %lld)", (long long)ad.tr->ctl.notch);
     if (rank == 0)
-        printf("adaptive, a move refused on rank 0 of %d: every rank stayed at notch %lld, then "
-               "escalated to %lld: %s\n", size, (long long)base, (long long)ad.tr->ctl.notch,
-               failures ? "NO" : "yes");
+        printf("adaptive, a move refused on rank 0 of %d: every rank stayed at notch %lld for "
+               "two steps, then escalated to %lld: %s\n", size, (long long)base,
+               (long long)ad.tr->ctl.notch, failures ? "NO" : "yes");
     run_close(&ad);
 }
 

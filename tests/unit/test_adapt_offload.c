@@ -33,6 +33,10 @@ static char root[64], shards[128];
  * sharded). */
 static llmt_comm *shard_comm;
 
+/* The recompute policy of every layer the next rigs start with: the
+ * controller's base notch. */
+static int32_t rig_recompute = LLMT_RECOMPUTE_NONE;
+
 static int setup(void **state)
 {
     (void)state;
@@ -111,6 +115,7 @@ static void rig_open_as(rig *r, int precision, int relax_window, const char *sto
     else
         assert_int_equal(llmt_optimizer_create(&r->opt, r->model, &oc), LLMT_OK);
     assert_int_equal(llmt_recompute_create(&r->rc, r->model), LLMT_OK);
+    assert_int_equal(llmt_recompute_set_layers(r->rc, 0, LAYERS, rig_recompute), LLMT_OK);
     assert_int_equal(llmt_slicer_create(&r->slicer, r->model, B), LLMT_OK);
     assert_int_equal(llmt_loader_open(&r->loader, r->ctx, paths, 1, &lc), LLMT_OK);
     if (store_dir) {
@@ -498,6 +503,55 @@ static void test_refused_move_counts_no_step(void **state)
     rig_close(&r);
 }
 
+/* An escalation above the threshold that the host budget refuses (every
+ * layer at full recompute from the start, so the escalation's target is an
+ * offload rung): the step that measured the peak
+ * stands, counted, the refusal logged and the notch and placement as they
+ * were; once the host budget is lifted the next step escalates to an
+ * offload rung. The run stays bitwise the unconstrained one throughout. */
+static void test_refused_escalation_keeps_the_step(void **state)
+{
+    (void)state;
+    rig free_run, r;
+    rig_open(&free_run, LLMT_PRECISION_FP32, 1000, NULL);
+    rig_recompute = LLMT_RECOMPUTE_FULL;
+    rig_open(&r, LLMT_PRECISION_FP32, 1000, NULL);
+    rig_recompute = LLMT_RECOMPUTE_NONE; /* the next rigs', whatever fails below */
+    r.tr->cfg.memory_threshold = 0.9;
+    const int64_t base = r.tr->ctl.notch;
+    llmt_step_report a = step(&free_run), b = step(&r);
+    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    assert_int_equal(llmt_context_set_budget(r.ctx, (uint64_t)((double)b.mem_peak / 0.95)),
+                     LLMT_OK);
+    assert_int_equal(llmt_context_set_host_budget(r.ctx, 1), LLMT_OK);
+    for (int64_t i = 2; i <= 3; i++) {
+        a = step(&free_run);
+        b = step(&r); /* succeeds: the refused move is not the step's failure */
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        assert_true(b.mem_ratio > 0.9);
+        assert_int_equal(llmt_trainer_step_index(r.tr), i);
+        assert_int_equal(r.tr->ctl.notch, base);
+        int32_t parts = -1, layers = -1;
+        assert_int_equal(llmt_optimizer_get_offload(r.opt, &parts, &layers), LLMT_OK);
+        assert_int_equal(parts, LLMT_OFFLOAD_NONE);
+        assert_int_equal(stats(&r).current[LLMT_MEM_HOST_STATE], 0);
+    }
+    assert_contains(r.log, "step 3: escalating refused, staying at [");
+    assert_contains(r.log, "host budget 1 bytes");
+    assert_int_equal(llmt_context_set_host_budget(r.ctx, 0), LLMT_OK);
+    a = step(&free_run);
+    b = step(&r);
+    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    assert_true(r.tr->ctl.notch > base);
+    assert_true(stats(&r).current[LLMT_MEM_HOST_STATE] > 0); /* an offload rung */
+    a = step(&free_run);
+    b = step(&r);
+    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    assert_same_state(&free_run, &r);
+    rig_close(&free_run);
+    rig_close(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -508,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_grads_offload_instead_of_a_smaller_micro_batch),
         cmocka_unit_test(test_ordered_accumulation_refused_with_grads),
         cmocka_unit_test(test_refused_move_counts_no_step),
+        cmocka_unit_test(test_refused_escalation_keeps_the_step),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
