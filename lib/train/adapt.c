@@ -143,22 +143,30 @@ static int agree_move(llmt_trainer *tr, int rc, int *failed)
 
 /* Moves every rank to notch k (move_to; collective in data parallel).
  * When the move fails on any rank, the ranks whose own move worked go back
- * to the notch they left, so that every rank stays at one notch, and the
- * failure is every rank's (the lowest failed rank's status in *failed;
- * a rank's own failure other than a refused budget fails every rank's
- * return too); the window restarts on every rank alike. Should going back
- * fail (a budget refusing the state's return), the ranks' notches may
- * differ: the next step's shape check then refuses to run (dist.c). */
-static int move_all(llmt_trainer *tr, int64_t k, int *failed)
+ * to the notch they left, so that every rank stays at one notch, the
+ * window restarts on every rank alike, and the failure is every rank's.
+ * *refused (may be NULL) is set when the failure is only a budget's
+ * refusal (LLMT_ENOMEM, the lowest failed rank's) with every rank back
+ * where it was: a rank's own failure of another kind, or a way back that
+ * fails, is not. Should going back fail (a budget refusing the state's
+ * return), the ranks' notches may differ: the next step's shape check
+ * then refuses to run (dist.c). */
+static int move_all(llmt_trainer *tr, int64_t k, int *refused)
 {
     const int64_t was = tr->ctl.notch;
+    if (refused)
+        *refused = 0;
     const int own = move_to(tr, k);
     char own_why[512] = "";
     if (own)
         snprintf(own_why, sizeof own_why, "%s", llmt_error_last());
-    int rc = agree_move(tr, own, failed);
-    if (!rc || !comm_of(tr))
+    int failed = LLMT_OK;
+    int rc = agree_move(tr, own, &failed);
+    if (!rc || !comm_of(tr)) {
+        if (refused)
+            *refused = rc == LLMT_ENOMEM;
         return rc;
+    }
     char why[512];
     snprintf(why, sizeof why, "%s", llmt_error_last());
     int back = own == LLMT_OK       ? move_to(tr, was)
@@ -167,22 +175,23 @@ static int move_all(llmt_trainer *tr, int64_t k, int *failed)
     int back_failed = LLMT_OK;
     LLMT_TRY(agree_move(tr, back, &back_failed));
     tr->since_change = 0;
+    if (refused)
+        *refused = failed == LLMT_ENOMEM;
     return llmt_fail(rc, "%s", why);
 }
 
 /* The outcome rc of a move between steps that move_all made (an
- * escalation above the threshold, a relaxation with headroom). A move a
- * budget refused on some rank (failed, the lowest failed rank's status, is
- * LLMT_ENOMEM) left every rank where it was: logged as event ("escalate"
- * or "relax": "<moving> refused, staying at [from]"), the window restarts
- * and the step just counted stands. A refused escalation is tried again
- * after the next step; a step that does not fit meanwhile takes the
- * out-of-memory path, which fits it or fails before the step is counted.
- * Any other failure is returned. */
-static int stay_if_refused(llmt_trainer *tr, int rc, int failed, const char *event,
+ * escalation above the threshold, a relaxation with headroom). A move only
+ * a budget refused (refused) left every rank where it was: logged as event
+ * ("escalate" or "relax": "<moving> refused, staying at [from]"), the
+ * window restarts and the step just counted stands. A refused escalation
+ * is tried again after the next step; a step that does not fit meanwhile
+ * takes the out-of-memory path, which fits it or fails before the step is
+ * counted. Any other failure is returned. */
+static int stay_if_refused(llmt_trainer *tr, int rc, int refused, const char *event,
                            const char *moving, const char *from)
 {
-    if (!rc || failed != LLMT_ENOMEM)
+    if (!rc || !refused)
         return rc;
     llmt_trainer_log(tr, event, "step %lld: %s refused, staying at [%s]: %s", (long long)tr->step,
                      moving, from, llmt_error_last());
@@ -257,9 +266,9 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                          mib(cd->other + next), predicted,
                          agreed <= c->max ? "" : "; the heaviest setting, still over the "
                                                  "threshold on some rank");
-    int failed = LLMT_OK;
-    int rc = move_all(tr, target, &failed);
-    return stay_if_refused(tr, rc, failed, "escalate", "escalating", from);
+    int refused = 0;
+    int rc = move_all(tr, target, &refused);
+    return stay_if_refused(tr, rc, refused, "escalate", "escalating", from);
 }
 
 /* Relaxes to the lighter notch, which every rank predicted under the
@@ -279,9 +288,9 @@ static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
                      comm_of(tr) ? " on this rank, every rank predicting headroom" : "", from, to,
                      mib(cd->other + cd->lighter_bytes), predicted,
                      tr->cfg.memory_threshold - tr->cfg.hysteresis);
-    int failed = LLMT_OK;
-    int rc = move_all(tr, cd->lighter, &failed);
-    return stay_if_refused(tr, rc, failed, "relax", "relaxing", from);
+    int refused = 0;
+    int rc = move_all(tr, cd->lighter, &refused);
+    return stay_if_refused(tr, rc, refused, "relax", "relaxing", from);
 }
 
 int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
@@ -380,6 +389,5 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
                      (long long)tr->step + 1, why, to, from, mib(need), mib(room + placed),
                      comm ? " on this rank (the heaviest of the ranks' least fitting notches)"
                           : "");
-    int failed = LLMT_OK;
-    return move_all(tr, target, &failed);
+    return move_all(tr, target, NULL);
 }
