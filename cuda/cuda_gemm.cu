@@ -1,5 +1,6 @@
 /* GEMM with cuBLASLt: fp32, bf16 and fp16 operands, fp32 accumulation
- * (CUBLAS_COMPUTE_32F; for fp32 operands that is true fp32, no TF32).
+ * (CUBLAS_COMPUTE_32F; for fp32 operands that is true fp32, no TF32), a
+ * 16-bit result rounded once (no split-K that adds parts in 16 bits).
  *
  * cuBLASLt is column-major. A row-major matrix X with leading dimension ld
  * is the column-major X^T with the same ld, so the row-major product
@@ -146,13 +147,23 @@ int llmt_cuda_matmul_cd(llmt_device *dev, const char *op, int trans_a, int trans
             LLMT_CUBLAS_CHECK(dev, cublasLtMatmulPreferenceSetAttribute(call.pref, attrs[i],
                                                                         &aligns[i],
                                                                         sizeof aligns[i]), op);
+        /* A product split over k keeps its parts in the output's type under
+         * the INPLACE and OUTPUT_TYPE reduction schemes (cuBLAS docs,
+         * cublasLtReductionScheme_t): a 16-bit result would be rounded once
+         * per part. Only fp32 parts (COMPUTE_TYPE) then; algorithms that do
+         * not split k (scheme NONE) pass any mask. */
+        const uint32_t schemes = c_dt == LLMT_DTYPE_F32 ? CUBLASLT_REDUCTION_SCHEME_MASK
+                                                         : CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        LLMT_CUBLAS_CHECK(dev, cublasLtMatmulPreferenceSetAttribute(
+                                   call.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                   sizeof schemes), op);
         cublasLtMatmulHeuristicResult_t result;
         memset(&result, 0, sizeof result);
         int found = 0;
         LLMT_CUBLAS_CHECK(dev, cublasLtMatmulAlgoGetHeuristic(cb->lt, call.desc, call.la, call.lb,
                                                               call.lc, layout_d, call.pref, 1,
                                                               &result, &found), op);
-        if (found < 1)
+        if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) /* each result has a state */
             return cb->host->fail(LLMT_ECUDA, "CUDA %s: cuBLASLt has no algorithm for %lld x "
                                   "%lld x %lld (%s%s, operands %s, result %s)", op,
                                   (long long)m, (long long)n, (long long)k, trans_a ? "A^T " : "A ",
