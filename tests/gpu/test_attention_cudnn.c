@@ -11,7 +11,10 @@
  *     natural-log logsumexps of the scaled scores;
  *   - cuDNN's backward is bitwise the same run to run, and with the saved
  *     state or without it (recomputed).
- * The measured errors are printed. The refusal of a bad LLMT_CUDA_ATTENTION
+ * The measured errors are printed. The choice of the kernels where cuDNN
+ * does not run: F32 under =cudnn gives the bits of =fallback; a shape
+ * cuDNN refuses (T = 1) runs under =auto, to what one key gives by hand,
+ * and fails under =cudnn by name. The refusal of a bad LLMT_CUDA_ATTENTION
  * and the scratch's accounting of cuDNN's workspace need no device and run
  * everywhere; without a device the rest exits 77 (skipped), or fails under
  * LLMT_REQUIRE_CUDA=1. */
@@ -29,7 +32,7 @@
 #include "cuda_required.h"
 #include "llmt/llmt.h"
 
-static llmt_context *g_dnn, *g_fb;
+static llmt_context *g_dnn, *g_fb, *g_auto;
 static char g_why[512];
 
 typedef struct att_case {
@@ -87,50 +90,68 @@ static uint16_t to_half(float f, int dt)
     return dt == LLMT_DTYPE_BF16 ? llmt_f32_to_bf16(f) : llmt_f32_to_f16(f);
 }
 
+/* Bytes of an element of dt (F32, BF16 or F16). */
+static size_t elem_size(int dt)
+{
+    return dt == LLMT_DTYPE_F32 ? 4 : 2;
+}
+
+/* Elements of a case's qkv rows [q heads | k heads | v heads]. */
+static size_t qkv_elems(const att_case *c)
+{
+    return (size_t)c->batch * c->seq * (size_t)(c->heads + 2 * c->kv_heads) * c->head_dim;
+}
+
+/* Elements of a case's out (and dout). */
+static size_t out_elems(const att_case *c)
+{
+    return (size_t)c->batch * c->seq * (size_t)c->heads * c->head_dim;
+}
+
 static float from_half(uint16_t h, int dt)
 {
     return dt == LLMT_DTYPE_BF16 ? llmt_bf16_to_f32(h) : llmt_f16_to_f32(h);
 }
 
-/* What one context computes for a case. */
+/* What one context computes for a case (out and the dqkv in dt). */
 typedef struct att_result {
-    uint16_t *out, *dqkv, *dqkv_again, *dqkv_recomputed;
+    void *out, *dqkv, *dqkv_again, *dqkv_recomputed;
     float *lse;
 } att_result;
 
-static void run(llmt_context *ctx, const att_case *c, int dt, const uint16_t *qkv,
-                const uint16_t *dout, att_result *r)
+/* Forward, then backward from the saved state twice and without it once;
+ * qkv and dout are host arrays in dt. */
+static void run(llmt_context *ctx, const att_case *c, int dt, const void *qkv,
+                const void *dout, att_result *r)
 {
     const llmt_backend_ops *ops = llmt_ops(ctx);
     llmt_device *dev = ctx->backend;
-    const size_t m = (size_t)c->batch * c->seq;
-    const size_t qkv_n = m * (size_t)(c->heads + 2 * c->kv_heads) * c->head_dim;
-    const size_t out_n = m * (size_t)c->heads * c->head_dim;
+    const size_t qkv_b = qkv_elems(c) * elem_size(dt), out_b = out_elems(c) * elem_size(dt);
     llmt_attn_dims ad = {c->batch, c->seq, c->heads, c->kv_heads, c->head_dim};
     llmt_op_dims od = {0};
     od.batch = c->batch, od.seq = c->seq, od.hidden = c->heads * c->head_dim;
     od.heads = c->heads, od.kv_heads = c->kv_heads, od.head_dim = c->head_dim, od.dt = dt;
     od.num_threads = 1;
     const size_t lse_bytes = ops->attention_saved_bytes(&ad);
-    void *d_qkv = dev_alloc(ctx, qkv_n * 2), *d_dout = dev_alloc(ctx, out_n * 2);
-    void *d_out = dev_alloc(ctx, out_n * 2), *d_dqkv = dev_alloc(ctx, qkv_n * 2);
+    void *d_qkv = dev_alloc(ctx, qkv_b), *d_dout = dev_alloc(ctx, out_b);
+    void *d_out = dev_alloc(ctx, out_b), *d_dqkv = dev_alloc(ctx, qkv_b);
     void *d_lse = dev_alloc(ctx, lse_bytes), *scratch = dev_alloc(ctx, ops->scratch_bytes(&od));
-    check_ok(ops->copy_to_device(dev, d_qkv, qkv, qkv_n * 2), "copy qkv");
-    check_ok(ops->copy_to_device(dev, d_dout, dout, out_n * 2), "copy dout");
-    r->out = malloc(out_n * 2);
+    check_ok(ops->copy_to_device(dev, d_qkv, qkv, qkv_b), "copy qkv");
+    check_ok(ops->copy_to_device(dev, d_dout, dout, out_b), "copy dout");
+    r->out = malloc(out_b);
     r->lse = malloc(lse_bytes);
-    r->dqkv = malloc(qkv_n * 2);
-    r->dqkv_again = malloc(qkv_n * 2);
-    r->dqkv_recomputed = malloc(qkv_n * 2);
+    r->dqkv = malloc(qkv_b);
+    r->dqkv_again = malloc(qkv_b);
+    r->dqkv_recomputed = malloc(qkv_b);
     check_ok(ops->attention_fwd(dev, d_out, d_lse, d_qkv, &ad, dt, scratch), "attention_fwd");
-    check_ok(ops->copy_to_host(dev, r->out, d_out, out_n * 2), "copy out");
+    check_ok(ops->copy_to_host(dev, r->out, d_out, out_b), "copy out");
     check_ok(ops->copy_to_host(dev, r->lse, d_lse, lse_bytes), "copy lse");
-    uint16_t *dst[3] = {r->dqkv, r->dqkv_again, r->dqkv_recomputed};
+    void *dst[3] = {r->dqkv, r->dqkv_again, r->dqkv_recomputed};
     for (int pass = 0; pass < 3; pass++) {
-        check_ok(ops->mem_zero(dev, d_dqkv, qkv_n * 2), "mem_zero");
+        check_ok(ops->mem_zero(dev, d_dqkv, qkv_b), "mem_zero");
         check_ok(ops->attention_bwd(dev, d_dqkv, d_dout, d_qkv, pass == 2 ? NULL : d_lse, d_out,
                                     &ad, dt, scratch), "attention_bwd");
-        check_ok(ops->copy_to_host(dev, dst[pass], d_dqkv, qkv_n * 2), "copy dqkv");
+        check_ok(ops->copy_to_host(dev, dst[pass], d_dqkv, qkv_b), "copy dqkv");
     }
     void *bufs[] = {d_qkv, d_dout, d_out, d_dqkv, d_lse, scratch};
     for (int i = 0; i < 6; i++)
@@ -154,18 +175,25 @@ static double rel_l2(const uint16_t *a, const uint16_t *b, size_t n, int dt)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static void check_case(const att_case *c, int dt)
+/* Random qkv and dout of a case in a 16-bit dt. */
+static void make_inputs(const att_case *c, int dt, uint16_t **qkv, uint16_t **dout)
 {
-    const size_t m = (size_t)c->batch * c->seq;
-    const size_t qkv_n = m * (size_t)(c->heads + 2 * c->kv_heads) * c->head_dim;
-    const size_t out_n = m * (size_t)c->heads * c->head_dim;
-    const size_t rows = (size_t)c->batch * c->heads * c->seq;
-    uint16_t *qkv = malloc(qkv_n * 2), *dout = malloc(out_n * 2);
+    const size_t qkv_n = qkv_elems(c), out_n = out_elems(c);
+    *qkv = malloc(qkv_n * 2);
+    *dout = malloc(out_n * 2);
     uint64_t s = 0x5eed0000u + (uint64_t)c->seq * 131u + (uint64_t)dt;
     for (size_t i = 0; i < qkv_n; i++)
-        qkv[i] = to_half(rnd(&s), dt);
+        (*qkv)[i] = to_half(rnd(&s), dt);
     for (size_t i = 0; i < out_n; i++)
-        dout[i] = to_half(rnd(&s), dt);
+        (*dout)[i] = to_half(rnd(&s), dt);
+}
+
+static void check_case(const att_case *c, int dt)
+{
+    const size_t qkv_n = qkv_elems(c), out_n = out_elems(c);
+    const size_t rows = (size_t)c->batch * c->heads * c->seq;
+    uint16_t *qkv, *dout;
+    make_inputs(c, dt, &qkv, &dout);
     att_result dnn, fb;
     run(g_dnn, c, dt, qkv, dout, &dnn);
     run(g_fb, c, dt, qkv, dout, &fb);
@@ -197,7 +225,7 @@ static void check_case(const att_case *c, int dt)
 
 static void need_device(void)
 {
-    if (!g_dnn || !g_fb)
+    if (!g_dnn || !g_fb || !g_auto)
         cuda_unavailable(g_why);
 }
 
@@ -215,6 +243,124 @@ static void test_f16(void **state)
     need_device();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i], LLMT_DTYPE_F16);
+}
+
+/* F32 never runs on cuDNN: under LLMT_CUDA_ATTENTION=cudnn it runs on the
+ * kernels (not a refusal) and gives the bits of =fallback. */
+static void test_f32_on_kernels(void **state)
+{
+    (void)state;
+    need_device();
+    const att_case c = {2, 100, 4, 2, 64};
+    const size_t qkv_n = qkv_elems(&c), out_n = out_elems(&c);
+    float *qkv = malloc(qkv_n * 4), *dout = malloc(out_n * 4);
+    uint64_t s = 0x5eed32u;
+    for (size_t i = 0; i < qkv_n; i++)
+        qkv[i] = rnd(&s);
+    for (size_t i = 0; i < out_n; i++)
+        dout[i] = rnd(&s);
+    att_result dnn, fb;
+    run(g_dnn, &c, LLMT_DTYPE_F32, qkv, dout, &dnn);
+    run(g_fb, &c, LLMT_DTYPE_F32, qkv, dout, &fb);
+    assert_memory_equal(dnn.out, fb.out, out_n * 4);
+    assert_memory_equal(dnn.lse, fb.lse, (size_t)c.batch * c.heads * c.seq * 4);
+    assert_memory_equal(dnn.dqkv, fb.dqkv, qkv_n * 4);
+    assert_memory_equal(dnn.dqkv_recomputed, fb.dqkv, qkv_n * 4);
+    free_result(&dnn);
+    free_result(&fb);
+    free(qkv);
+    free(dout);
+}
+
+/* T = 1, a shape cuDNN refuses (the frontend's sdpa_backward validation:
+ * "s_q = s_kv = 1 is not supported"). Under =auto forward and backward run
+ * (the kernels take what cuDNN declines) and give what one key gives, by
+ * hand in double: out = the v of the query head's kv head, lse = scale q.k,
+ * dV = the sum of dO over the kv head's query heads, dQ = dK = 0 (dS = P (dP
+ * - D) with P = 1 and dP = D = dO.v). Under =cudnn the refusal fails the
+ * op by name. */
+static void check_refused_shape(int dt)
+{
+    const att_case c = {2, 1, 4, 2, 64};
+    const int64_t H = c.heads, KV = c.kv_heads, hd = c.head_dim, ld = (H + 2 * KV) * hd;
+    const size_t qkv_n = qkv_elems(&c);
+    uint16_t *qkv, *dout;
+    make_inputs(&c, dt, &qkv, &dout);
+    att_result r;
+    run(g_auto, &c, dt, qkv, dout, &r);
+    const uint16_t *out = r.out, *dqkv = r.dqkv;
+    const double scale = 1.0 / sqrt((double)hd);
+    const double tol = dt == LLMT_DTYPE_BF16 ? REL_OUT_BF16 : REL_OUT_F16;
+    double out_err = 0, out_den = 0, dv_err = 0, dv_den = 0, dqk_max = 0, lse_err = 0;
+    for (int64_t b = 0; b < c.batch; b++) {
+        const uint16_t *row = qkv + b * ld, *drow = dqkv + b * ld;
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t kvh = h / (H / KV);
+            double qk = 0;
+            for (int64_t e = 0; e < hd; e++) {
+                qk += (double)from_half(row[h * hd + e], dt) * from_half(row[(H + kvh) * hd + e], dt);
+                const double v = from_half(row[(H + KV + kvh) * hd + e], dt);
+                const double o = from_half(out[(b * H + h) * hd + e], dt);
+                out_err += (o - v) * (o - v), out_den += v * v;
+            }
+            const double lse = r.lse[b * H + h];
+            lse_err = fmax(lse_err, fabs(lse - scale * qk) / (1.0 + fabs(scale * qk)));
+        }
+        for (int64_t j = 0; j < (H + KV) * hd; j++) /* dQ and dK */
+            dqk_max = fmax(dqk_max, fabs((double)from_half(drow[j], dt)));
+        for (int64_t kvh = 0; kvh < KV; kvh++)
+            for (int64_t e = 0; e < hd; e++) {
+                double want = 0;
+                for (int64_t h = kvh * (H / KV); h < (kvh + 1) * (H / KV); h++)
+                    want += from_half(dout[(b * H + h) * hd + e], dt);
+                const double got = from_half(drow[(H + KV + kvh) * hd + e], dt);
+                dv_err += (got - want) * (got - want), dv_den += want * want;
+            }
+    }
+    out_err = sqrt(out_err / out_den), dv_err = sqrt(dv_err / dv_den);
+    printf("%s T=1 under auto: out %.2e, dV %.2e (<= %.0e), |dQ|,|dK| <= %.2e (<= 1e-3), "
+           "lse %.2e (<= 1e-4)\n", dt == LLMT_DTYPE_BF16 ? "BF16" : "F16", out_err, dv_err, tol,
+           dqk_max, lse_err);
+    if (!(out_err <= tol) || !(dv_err <= tol) || !(dqk_max <= 1e-3) || !(lse_err <= 1e-4))
+        fail_msg("T=1 under LLMT_CUDA_ATTENTION=auto: not what one key gives");
+    assert_memory_equal(r.dqkv, r.dqkv_again, qkv_n * 2);
+    assert_memory_equal(r.dqkv, r.dqkv_recomputed, qkv_n * 2);
+    free_result(&r);
+
+    /* =cudnn: backward without saved state (its forward rerun for the
+     * logsumexp may be refused first); nothing runs, the error names why. */
+    const llmt_backend_ops *ops = llmt_ops(g_dnn);
+    llmt_device *dev = g_dnn->backend;
+    llmt_attn_dims ad = {c.batch, c.seq, c.heads, c.kv_heads, c.head_dim};
+    llmt_op_dims od = {0};
+    od.batch = c.batch, od.seq = c.seq, od.hidden = H * hd, od.heads = H, od.kv_heads = KV;
+    od.head_dim = hd, od.dt = dt, od.num_threads = 1;
+    const size_t out_b = out_elems(&c) * 2;
+    void *d_qkv = dev_alloc(g_dnn, qkv_n * 2), *d_dout = dev_alloc(g_dnn, out_b);
+    void *d_out = dev_alloc(g_dnn, out_b), *d_dqkv = dev_alloc(g_dnn, qkv_n * 2);
+    void *scratch = dev_alloc(g_dnn, ops->scratch_bytes(&od));
+    check_ok(ops->copy_to_device(dev, d_qkv, qkv, qkv_n * 2), "copy qkv");
+    check_ok(ops->copy_to_device(dev, d_dout, dout, out_b), "copy dout");
+    check_ok(ops->mem_zero(dev, d_out, out_b), "mem_zero");
+    const int rc = ops->attention_bwd(dev, d_dqkv, d_dout, d_qkv, NULL, d_out, &ad, dt, scratch);
+    printf("%s T=1 under cudnn: %s\n", dt == LLMT_DTYPE_BF16 ? "BF16" : "F16",
+           rc ? llmt_error_last() : "ran");
+    if (rc != LLMT_EUNSUPPORTED || !strstr(llmt_error_last(), "LLMT_CUDA_ATTENTION=cudnn"))
+        fail_msg("T=1 under LLMT_CUDA_ATTENTION=cudnn: rc %d, want the refusal "
+                 "(LLMT_EUNSUPPORTED naming LLMT_CUDA_ATTENTION=cudnn)", rc);
+    void *bufs[] = {d_qkv, d_dout, d_out, d_dqkv, scratch};
+    for (int i = 0; i < 5; i++)
+        ops->mem_free(dev, bufs[i]);
+    free(qkv);
+    free(dout);
+}
+
+static void test_refused_shape(void **state)
+{
+    (void)state;
+    need_device();
+    check_refused_shape(LLMT_DTYPE_BF16);
+    check_refused_shape(LLMT_DTYPE_F16);
 }
 
 /* A value that is none of auto, fallback, cudnn: refused by name before
@@ -270,7 +416,7 @@ static void test_scratch_accounting(void **state)
 
 int main(void)
 {
-    if (open_ctx(&g_dnn, "cudnn") || open_ctx(&g_fb, "fallback")) {
+    if (open_ctx(&g_dnn, "cudnn") || open_ctx(&g_fb, "fallback") || open_ctx(&g_auto, "auto")) {
         snprintf(g_why, sizeof g_why, "%s", llmt_error_last());
     } else {
         char line[512];
@@ -282,10 +428,13 @@ int main(void)
         cmocka_unit_test(test_scratch_accounting),
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_f32_on_kernels),
+        cmocka_unit_test(test_refused_shape),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    int have = g_dnn && g_fb;
+    int have = g_dnn && g_fb && g_auto;
     llmt_context_free(g_dnn);
     llmt_context_free(g_fb);
+    llmt_context_free(g_auto);
     return failed ? failed : have ? 0 : 77;
 }
