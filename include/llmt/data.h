@@ -148,7 +148,8 @@ typedef struct llmt_loader_state {
     uint64_t window_cursor;    /* index into that shard's window order */
     uint64_t windows_consumed; /* windows served since epoch 0, window 0 */
     uint64_t seed;             /* seed of the shuffle's random stream */
-    uint64_t fingerprint;      /* XXH3-64 of the shard paths and sizes, seq_len and shuffle */
+    uint64_t fingerprint;      /* XXH3-64 of the shards' names, sizes and first bytes,
+                                  seq_len and shuffle (docs/data.md) */
 } llmt_loader_state;
 
 #define LLMT_LOADER_STATE_INIT {LLMT_LOADER_STATE_VERSION, 0, 0, 0, 0, 0, 0}
@@ -160,8 +161,11 @@ typedef struct llmt_loader_state {
 LLMT_API int llmt_loader_get_state(const llmt_loader *loader, llmt_loader_state *out);
 
 /* Restores a position read by llmt_loader_get_state, from this loader or
- * another one over the same files (same paths in the same order, same
- * sizes), seq_len and shuffle flag; the batch size may differ. The loader
+ * another one over the same files (the same names in the same order, sizes
+ * and first 4096 bytes; their directories may differ: a run moved still
+ * resumes), seq_len and shuffle flag; the batch size may differ. A state
+ * saved by an earlier version (fingerprint over the paths as given) is
+ * accepted too. The loader
  * adopts state->seed, so the stream continues exactly as it would have.
  * Errors: LLMT_EINVAL (NULL; a fingerprint that does not match, i.e. other
  * data, seq_len or shuffle flag; cursors out of range or windows_consumed not

@@ -44,6 +44,7 @@ struct llmt_loader {
     shard *shards;
     uint64_t windows_per_epoch;
     uint64_t fingerprint;
+    uint64_t legacy_fingerprint; /* accepted by set_state, never written */
     uint64_t max_epoch; /* the last epoch the shuffle's offsets cover */
     pos at;
 
@@ -156,27 +157,62 @@ static void hash_u64(XXH3_state_t *h, uint64_t v)
     XXH3_64bits_update(h, b, sizeof b);
 }
 
-/* XXH3-64 of a tag, the shard count, each path (length, bytes) and file
- * size, seq_len and the shuffle flag, every integer as 8 little-endian bytes. */
+/* Bytes of a shard's start that its fingerprint holds: its header and
+ * first tokens. */
+#define FINGERPRINT_HEAD ((uint64_t)4096)
+
+/* The name of path after its last '/'. */
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* The fingerprints of the loader's data (docs/data.md), every integer as 8
+ * little-endian bytes, each string preceded by its length:
+ * - current (tag "llmt-loader-2"): the shard count, each shard's base name,
+ *   file size and first FINGERPRINT_HEAD bytes (all of a smaller file),
+ *   seq_len and the shuffle flag. Not the directories: a run directory may
+ *   be moved, or its data named by another path, and still resume;
+ * - legacy (tag "llmt-loader-1", what states saved before it hold): the
+ *   same with each path as given instead of the name and bytes. */
 static int compute_fingerprint(llmt_loader *l)
 {
-    XXH3_state_t *h = XXH3_createState();
-    if (!h)
+    XXH3_state_t *h = XXH3_createState(), *old = XXH3_createState();
+    if (!h || !old) {
+        XXH3_freeState(h);
+        XXH3_freeState(old);
         return llmt_fail(LLMT_ENOMEM, "loader: out of memory for the fingerprint");
-    static const char tag[] = "llmt-loader-1";
-    XXH3_64bits_reset(h);
-    XXH3_64bits_update(h, tag, sizeof tag);
-    hash_u64(h, l->n_shards);
-    for (size_t i = 0; i < l->n_shards; i++) {
-        size_t len = strlen(l->shards[i].path);
-        hash_u64(h, len);
-        XXH3_64bits_update(h, l->shards[i].path, len);
-        hash_u64(h, l->shards[i].map.file_bytes);
     }
-    hash_u64(h, (uint64_t)l->seq_len);
-    hash_u64(h, (uint64_t)l->shuffle);
+    static const char tag[] = "llmt-loader-2", old_tag[] = "llmt-loader-1";
+    XXH3_64bits_reset(h);
+    XXH3_64bits_reset(old);
+    XXH3_64bits_update(h, tag, sizeof tag);
+    XXH3_64bits_update(old, old_tag, sizeof old_tag);
+    hash_u64(h, l->n_shards);
+    hash_u64(old, l->n_shards);
+    for (size_t i = 0; i < l->n_shards; i++) {
+        const shard *sh = &l->shards[i];
+        const char *name = base_name(sh->path);
+        size_t len = strlen(name), path_len = strlen(sh->path);
+        uint64_t size = sh->map.file_bytes;
+        hash_u64(h, len);
+        XXH3_64bits_update(h, name, len);
+        hash_u64(h, size);
+        XXH3_64bits_update(h, sh->map.map, size < FINGERPRINT_HEAD ? size : FINGERPRINT_HEAD);
+        hash_u64(old, path_len);
+        XXH3_64bits_update(old, sh->path, path_len);
+        hash_u64(old, size);
+    }
+    XXH3_state_t *both[2] = {h, old};
+    for (int i = 0; i < 2; i++) {
+        hash_u64(both[i], (uint64_t)l->seq_len);
+        hash_u64(both[i], (uint64_t)l->shuffle);
+    }
     l->fingerprint = XXH3_64bits_digest(h);
+    l->legacy_fingerprint = XXH3_64bits_digest(old);
     XXH3_freeState(h);
+    XXH3_freeState(old);
     return LLMT_OK;
 }
 
@@ -401,12 +437,12 @@ int llmt_loader_set_state(llmt_loader *l, const llmt_loader_state *st)
         return llmt_fail(LLMT_EVERSION,
                          "llmt_loader_set_state: state->version = %" PRIu32 " (this library: %d)",
                          st->version, LLMT_LOADER_STATE_VERSION);
-    if (st->fingerprint != l->fingerprint)
+    if (st->fingerprint != l->fingerprint && st->fingerprint != l->legacy_fingerprint)
         return llmt_fail(LLMT_EINVAL,
                          "llmt_loader_set_state: state fingerprint %016" PRIx64
                          " does not match this loader's %016" PRIx64
-                         ": it was saved over other data (shard paths or sizes), another "
-                         "seq_len or another shuffle setting",
+                         ": it was saved over other data (shard names, sizes or first "
+                         "bytes), another seq_len or another shuffle setting",
                          st->fingerprint, l->fingerprint);
     if (st->epoch > l->max_epoch)
         return llmt_fail(LLMT_EINVAL,

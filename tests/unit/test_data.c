@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "test_util.h"
 
 #include "llmt/llmt.h"
@@ -729,6 +731,124 @@ static void test_save_restore_in_order(void **state)
     check_save_restore(0);
 }
 
+/* Appends v to buf at *at as 8 little-endian bytes. */
+static void put_u64(unsigned char *buf, size_t *at, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        buf[(*at)++] = (unsigned char)(v >> (8 * i));
+}
+
+/* Appends n bytes to buf at *at. */
+static void put_bytes(unsigned char *buf, size_t *at, const void *p, size_t n)
+{
+    memcpy(buf + *at, p, n);
+    *at += n;
+}
+
+/* A loader's fingerprint as docs/data.md gives it, computed here over one
+ * buffer: legacy (tag llmt-loader-1) each path as given and its size, else
+ * (llmt-loader-2) each base name, size and first 4096 bytes; then t and the
+ * shuffle flag. */
+static uint64_t fingerprint_by_hand(char *const *paths, size_t n, int t, int shuffle, int legacy)
+{
+    size_t cap = 64, at = 0;
+    for (size_t k = 0; k < n; k++)
+        cap += strlen(paths[k]) + 16 + 4096;
+    unsigned char *buf = malloc(cap);
+    assert_non_null(buf);
+    const char *tag = legacy ? "llmt-loader-1" : "llmt-loader-2";
+    put_bytes(buf, &at, tag, strlen(tag) + 1);
+    put_u64(buf, &at, n);
+    for (size_t k = 0; k < n; k++) {
+        size_t bytes = 0;
+        unsigned char *file = read_file(paths[k], &bytes);
+        const char *slash = strrchr(paths[k], '/');
+        const char *name = legacy || !slash ? paths[k] : slash + 1;
+        put_u64(buf, &at, strlen(name));
+        put_bytes(buf, &at, name, strlen(name));
+        put_u64(buf, &at, bytes);
+        if (!legacy)
+            put_bytes(buf, &at, file, bytes < 4096 ? bytes : 4096);
+        free(file);
+    }
+    put_u64(buf, &at, (uint64_t)t);
+    put_u64(buf, &at, (uint64_t)shuffle);
+    uint64_t h = XXH3_64bits(buf, at);
+    free(buf);
+    return h;
+}
+
+/* A copy of the file from into to. */
+static void copy_file(const char *from, const char *to)
+{
+    size_t n = 0;
+    unsigned char *bytes = read_file(from, &n);
+    FILE *f = fopen(to, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    free(bytes);
+}
+
+/* The fingerprint holds the shards' names, sizes and first bytes, not
+ * their directories: a position restores over copies of the files
+ * elsewhere (a run directory moved, or its data named by another path), and
+ * goes on with the windows the original loader serves; a copy with one
+ * token changed is refused; a state saved before (the legacy fingerprint,
+ * computed here) still restores. Both fingerprints are checked against
+ * this file's computation from the documented recipe. */
+static void test_restore_where_the_files_moved(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {40, 25, 31};
+    dataset d = make_dataset("mv", sizes, 3, 3, 1);
+    llmt_loader *a = open_dataset(&d, 5, 2, 1);
+    int32_t before[6 * 4], after[6 * 4], moved[6 * 4];
+    read_windows(a, 2, 3, 6, before);
+    llmt_loader_state s = LLMT_LOADER_STATE_INIT;
+    assert_int_equal(llmt_loader_get_state(a, &s), LLMT_OK);
+    assert_true(s.fingerprint == fingerprint_by_hand(d.paths, 3, 3, 1, 0));
+    read_windows(a, 2, 3, 6, after);
+
+    dataset copy = d; /* the same tokens and windows, at other paths */
+    assert_int_equal(mkdir(path_of("moved"), 0700), 0);
+    for (size_t k = 0; k < 3; k++) {
+        char file[64];
+        snprintf(file, sizeof file, "moved/mv_%zu.bin", k);
+        copy.paths[k] = strdup(path_of(file));
+        copy_file(d.paths[k], copy.paths[k]);
+    }
+    llmt_loader *b = open_dataset(&copy, 9, 2, 1);
+    assert_int_equal(llmt_loader_set_state(b, &s), LLMT_OK);
+    read_windows(b, 2, 3, 6, moved);
+    assert_memory_equal(moved, after, sizeof after);
+    llmt_loader_free(b);
+
+    /* Saved with the legacy fingerprint (paths as given): still restores. */
+    llmt_loader_state legacy = s;
+    legacy.fingerprint = fingerprint_by_hand(d.paths, 3, 3, 1, 1);
+    assert_true(legacy.fingerprint != s.fingerprint);
+    b = open_dataset(&d, 9, 2, 1);
+    assert_int_equal(llmt_loader_set_state(b, &legacy), LLMT_OK);
+    read_windows(b, 2, 3, 6, moved);
+    assert_memory_equal(moved, after, sizeof after);
+    llmt_loader_free(b);
+
+    /* One token of a copy changed (same name, same size): refused. */
+    uint32_t changed[40];
+    memcpy(changed, d.tokens[0], sizeof changed);
+    changed[7] += 1;
+    write_good(copy.paths[0], changed, 40, 1);
+    b = open_dataset(&copy, 9, 2, 1);
+    assert_int_equal(llmt_loader_set_state(b, &s), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "fingerprint");
+    llmt_loader_free(b);
+    for (size_t k = 0; k < 3; k++)
+        free(copy.paths[k]);
+    llmt_loader_free(a);
+    free_dataset(&d);
+}
+
 static void test_restore_adopts_seed(void **state)
 {
     (void)state;
@@ -1153,6 +1273,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fifo_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_glob, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restore_where_the_files_moved, setup, teardown),
         cmocka_unit_test(test_byte_tokenizer),
     };
     enum { N_FIXED = sizeof fixed / sizeof fixed[0],
