@@ -312,7 +312,7 @@ static int root_resume(llmt_trainer *tr, position *pos)
     char notes[4096] = "";
     int rc = tr->parts.store ? llmt_ckpt_pick(tr->parts.store, try_everywhere, &sr, &found, &tier,
                                               notes, sizeof notes)
-                             : llmt_fail(LLMT_ESTATE, "%s: the trainer has no store", fn);
+                             : llmt_fail(LLMT_ESTATE, "the trainer has no store");
     if (notes[0])
         llmt_trainer_log(tr, "resume", "checkpoints passed over:\n%s", notes);
     if (rc == LLMT_ENOTFOUND && !sr.touched) { /* an empty store: a fresh start */

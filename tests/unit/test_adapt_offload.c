@@ -316,6 +316,11 @@ static void test_sharded_offload_rungs(void **state)
     rig_open(&tight, LLMT_PRECISION_FP32, 1000, NULL);
     shard_comm = NULL; /* the next rigs are not sharded, whatever fails below */
     offload_under_budget(&free_run, &tight, TIGHT);
+    /* Without a store, the collective resume names itself once. */
+    int64_t at = 0;
+    assert_int_equal(llmt_trainer_resume_latest(tight.tr, &at), LLMT_ESTATE);
+    assert_string_equal(llmt_error_last(),
+                        "rank 0: llmt_trainer_resume_latest: the trainer has no store");
     rig_close(&free_run);
     rig_close(&tight);
     llmt_comm_free(comm);
