@@ -4,7 +4,7 @@
  *   llmt-generate (--checkpoint DIR [--step N] | --hf DIR | --model FILE)
  *                 (--prompt TEXT | --prompt-tokens I,J,...) [--max-tokens N]
  *                 [--temperature X] [--top-k N] [--top-p X] [--seed N]
- *                 [--stop-token N] [--print-ids]
+ *                 [--stop-token N] [--print-ids] [--bytes]
  *
  * The prompt is encoded with the byte tokenizer (llmt-train's), and the new
  * tokens are printed decoded the same way: bytes as UTF-8 text, escaped as
@@ -13,7 +13,9 @@
  * (tokenizer.json or tokenizer.model), which this C tool cannot run, and any
  * model whose vocab_size is not the byte tokenizer's 257 (one trained on
  * shards of python -m llmt.tokenize) need --prompt-tokens and --print-ids
- * (the Python binding's llmt.generate takes a tokenizers object). The cache
+ * (the Python binding's llmt.generate takes a tokenizers object), unless
+ * --bytes says a larger vocabulary is the byte tokenizer's padded (as
+ * llmt-train's default model's 320: ids 0..256 are bytes). The cache
  * holds the prompt and the new tokens, not the model's whole context.
  * Exit status: 0 done, 1 failed, 2 bad usage. */
 #define _POSIX_C_SOURCE 200809L
@@ -37,14 +39,16 @@ static void usage(FILE *f)
             "usage: " PROG " (--checkpoint DIR [--step N] | --hf DIR | --model FILE)\n"
             "                     (--prompt TEXT | --prompt-tokens I,J,...) [--max-tokens N]\n"
             "                     [--temperature X] [--top-k N] [--top-p X] [--seed N]\n"
-            "                     [--stop-token N] [--print-ids]\n"
+            "                     [--stop-token N] [--print-ids] [--bytes]\n"
             "Samples tokens after the prompt with a key/value cache and prints them:\n"
             "decoded as bytes (invalid UTF-8 escaped as \\xNN, end-of-text as nothing,\n"
             "other ids as <|N|>), or with --print-ids as comma-separated token ids.\n"
             "--checkpoint reads the newest checkpoint that verifies, or step N; --hf a\n"
             "Hugging Face directory; --model a safetensors file or step-N dir. A model\n"
             "with its own tokenizer (tokenizer.json or tokenizer.model, or a vocab_size\n"
-            "other than the byte tokenizer's 257) needs --prompt-tokens and --print-ids.\n"
+            "other than the byte tokenizer's 257) needs --prompt-tokens and --print-ids;\n"
+            "--bytes says a larger one is the byte tokenizer's padded (llmt-train's default\n"
+            "model: 320), so --prompt TEXT and the decoded output work.\n"
             "Defaults: --max-tokens 64 (or what the context leaves) --temperature 1\n"
             "(0: greedy) --top-k 0 (off) --top-p 1 (off) --seed 0 --stop-token -1 (none).\n");
 }
@@ -140,16 +144,25 @@ static int prompt_tokens(const char *text, const char *ids, int hf_tokenizer, in
     return 0;
 }
 
-/* Whether the model's text is the byte tokenizer's: else --prompt and the
- * decoded output would be wrong, so ids are required (message, -1). */
+/* Whether the model's text is the byte tokenizer's (its vocab_size, or
+ * with --bytes a padded one of at least 257): else --prompt and the decoded
+ * output would be wrong, so ids are required (message, -1). */
 static int check_byte_vocab(const llmt_model_config *mc, const char *what, const char *ids,
-                            int print_ids)
+                            int print_ids, int bytes)
 {
-    if (mc->vocab_size == LLMT_BYTE_VOCAB || (ids && print_ids))
+    if (bytes && mc->vocab_size < LLMT_BYTE_VOCAB) {
+        fprintf(stderr, PROG ": --bytes: %s has vocab_size %d, fewer than the byte tokenizer's "
+                "%d ids\n", what, mc->vocab_size, LLMT_BYTE_VOCAB);
+        return -1;
+    }
+    if (mc->vocab_size == LLMT_BYTE_VOCAB || bytes || (ids && print_ids))
         return 0;
-    fprintf(stderr, PROG ": %s has vocab_size %d, not the byte tokenizer's %d: its tokens "
-            "are not bytes, so give --prompt-tokens and --print-ids (or use the Python binding: "
-            "llmt.generate with a tokenizers object)\n", what, mc->vocab_size, LLMT_BYTE_VOCAB);
+    fprintf(stderr, PROG ": %s has vocab_size %d, not the byte tokenizer's %d: give "
+            "--prompt-tokens and --print-ids%s; the Python binding's llmt.generate takes a "
+            "tokenizers object\n", what, mc->vocab_size, LLMT_BYTE_VOCAB,
+            mc->vocab_size > LLMT_BYTE_VOCAB ? ", or --bytes if it was trained on bytes with a "
+                                               "padded vocabulary (llmt-train's default model: "
+                                               "320)" : "");
     return -1;
 }
 
@@ -159,7 +172,7 @@ int main(int argc, char **argv)
     const char *prompt = NULL, *ids = NULL;
     int64_t max_tokens = 64, top_k = 0, seed = 0, stop = -1;
     double temperature = 1.0, top_p = 1.0;
-    int print_ids = 0;
+    int print_ids = 0, bytes = 0;
     cli_option opts[] = {
         CLI_OPT_STRING("--checkpoint", &src.checkpoint),
         CLI_OPT_INT64("--step", &src.step, 0, INT64_MAX),
@@ -174,6 +187,7 @@ int main(int argc, char **argv)
         CLI_OPT_INT64("--seed", &seed, 0, INT64_MAX),
         CLI_OPT_INT64("--stop-token", &stop, -1, INT32_MAX),
         CLI_OPT_FLAG("--print-ids", &print_ids),
+        CLI_OPT_FLAG("--bytes", &bytes),
     };
     static const char *const exclusive[][2] = {{"--prompt", "--prompt-tokens"}};
     cli_spec spec = {PROG, usage, opts, sizeof opts / sizeof *opts, exclusive, 1, 0};
@@ -203,7 +217,7 @@ int main(int argc, char **argv)
         rc = -1;
     if (!rc) {
         llmt_model_get_config(model, &mc);
-        rc = usage = check_byte_vocab(&mc, what, ids, print_ids);
+        rc = usage = check_byte_vocab(&mc, what, ids, print_ids, bytes);
     }
     if (!rc) {
         llmt_generator_config gc = LLMT_GENERATOR_CONFIG_INIT;

@@ -46,35 +46,42 @@ run "$gen" --hf "$f/hf" --prompt ab --top-k 1 --seed 7 --print-ids
 [ "$(cat "$tmp/out" | cut -d, -f1-12)" = "$B" ] || fail "--top-k 1: $(cat "$tmp/out")"
 [ "$(tr ',' '\n' < "$tmp/out" | wc -l)" = 14 ] || fail "default max-tokens: $(cat "$tmp/out")"
 
-# Text: the ids' bytes, printed as Python decodes and escapes them.
-run "$gen" --hf "$f/hf" --prompt ab --max-tokens 12 --temperature 0
-expect_status 0 "text"
-python3 - "$B" "$tmp/out" <<'PY' || fail "printed text differs from the decoded ids"
+# Text: the ids' bytes, printed as Python decodes and escapes them; the
+# end-of-text token (256) prints nothing, a larger id <|N|>.
+cat > "$tmp/decode.py" <<'PY'
 import sys
 ids = [int(t) for t in sys.argv[1].split(",")]
-# Runs of bytes between end-of-text tokens (256), which print nothing.
-runs = [[]]
+pieces = [[]]  # runs of bytes, and the <|N|> marks between them
 for i in ids:
-    runs.append([]) if i == 256 else runs[-1].append(i)
-runs = [bytes(r) for r in runs]
-out = []
-for ch in "".join(r.decode("utf-8", errors="surrogateescape") for r in runs):
-    o = ord(ch)
-    if 0xDC80 <= o <= 0xDCFF:
-        out.append("\\x%02x" % (o - 0xDC00))
-    elif ch == "\\":
-        out.append("\\\\")
-    elif o < 0x20 or o == 0x7F:
-        out.append("\\x%02x" % o)
-    elif 0x80 <= o < 0xA0:
-        out.append("\\xc2\\x%02x" % o)
+    if i < 256:
+        pieces[-1].append(i) if isinstance(pieces[-1], list) else pieces.append([i])
     else:
-        out.append(ch)
+        pieces.append("" if i == 256 else "<|%d|>" % i)
+out = []
+for p in pieces:
+    if isinstance(p, str):
+        out.append(p)
+        continue
+    for ch in bytes(p).decode("utf-8", errors="surrogateescape"):
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:
+            out.append("\\x%02x" % (o - 0xDC00))
+        elif ch == "\\":
+            out.append("\\\\")
+        elif o < 0x20 or o == 0x7F:
+            out.append("\\x%02x" % o)
+        elif 0x80 <= o < 0xA0:
+            out.append("\\xc2\\x%02x" % o)
+        else:
+            out.append(ch)
 want = "".join(out) + "\n"
 got = open(sys.argv[2], encoding="utf-8", errors="surrogateescape").read()
 if got != want:
     sys.exit("got %r, want %r" % (got, want))
 PY
+run "$gen" --hf "$f/hf" --prompt ab --max-tokens 12 --temperature 0
+expect_status 0 "text"
+python3 "$tmp/decode.py" "$B" "$tmp/out" || fail "printed text differs from the decoded ids"
 
 # Sampling: a seed repeats itself; the stop token ends the output after it.
 run "$gen" --hf "$f/hf" --prompt ab --max-tokens 12 --temperature 1.5 --seed 3 --print-ids
@@ -105,6 +112,21 @@ expect_err "give --prompt-tokens and --print-ids"
 run "$gen" --model "$f/model_v300.safetensors" --prompt-tokens 97,299 --max-tokens 3 --print-ids
 expect_status 0 "vocab 300 ids"
 grep -q -x '[0-9]*,[0-9]*,[0-9]*' "$tmp/out" || fail "vocab 300 ids: $(cat "$tmp/out")"
+# --bytes: a vocabulary padded above the byte tokenizer's (llmt-train's
+# default model's 320) takes a text prompt, the same as its ids by hand, and
+# prints the ids' text; without it, the refusal points to it.
+run "$gen" --model "$f/model_v300.safetensors" --prompt-tokens 97,98 --max-tokens 12 \
+    --temperature 0 --print-ids
+V=$(cat "$tmp/out")
+run "$gen" --model "$f/model_v300.safetensors" --bytes --prompt ab --max-tokens 12 \
+    --temperature 0 --print-ids
+expect_status 0 "--bytes, ids"
+[ "$(cat "$tmp/out")" = "$V" ] || fail "--bytes --prompt ab: $(cat "$tmp/out"), want $V"
+run "$gen" --model "$f/model_v300.safetensors" --bytes --prompt ab --max-tokens 12 --temperature 0
+expect_status 0 "--bytes, text"
+python3 "$tmp/decode.py" "$V" "$tmp/out" || fail "--bytes: printed text differs from the ids"
+run "$gen" --model "$f/model_v300.safetensors" --prompt ab --max-tokens 3
+expect_err "or --bytes if it was trained on bytes"
 
 # The cache holds the prompt and the new tokens, not the model's 2^20
 # positions (hundreds of MiB of cache and attention scratch), so the tool
