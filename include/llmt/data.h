@@ -164,8 +164,8 @@ LLMT_API int llmt_loader_get_state(const llmt_loader *loader, llmt_loader_state 
  * another one over the same files (the same names in the same order, sizes
  * and first 4096 bytes; their directories may differ: a run moved still
  * resumes), seq_len and shuffle flag; the batch size may differ. A state
- * saved by an earlier version (fingerprint over the paths as given) is
- * accepted too. The loader
+ * saved by an earlier version (its fingerprint over the paths as given) is
+ * accepted too, over the same paths spelled as then. The loader
  * adopts state->seed, so the stream continues exactly as it would have.
  * Errors: LLMT_EINVAL (NULL; a fingerprint that does not match, i.e. other
  * data, seq_len or shuffle flag; cursors out of range or windows_consumed not

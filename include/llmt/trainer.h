@@ -162,11 +162,12 @@ typedef struct llmt_step_report {
  * before it is counted (its forward, backward or update) leaves the
  * loader where it was, so calling again retries the same batch. A failure
  * after it is counted (an evaluation; a save; the adaptive controller's
- * move for the next step failing other than for memory, in a data-parallel
- * run on any rank) leaves the step applied and counted
- * (llmt_trainer_step_index), so calling again trains the next batch. A
- * move between steps that a budget refuses is not a failure: it is logged
- * and the configuration stays as it is. */
+ * move for the next step failing other than by a budget's refusal that
+ * every rank undid, in a data-parallel run on any rank) leaves the step
+ * applied and counted (llmt_trainer_step_index), so calling again trains
+ * the next batch. A move between steps that a budget refuses is not a
+ * failure: it is logged and the configuration stays as it is (a refused
+ * escalation is tried again after relax_window steps). */
 LLMT_API int llmt_trainer_step(llmt_trainer *tr, llmt_step_report *report);
 
 /* Called after every step of llmt_trainer_run; a nonzero return stops the run

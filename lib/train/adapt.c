@@ -17,6 +17,7 @@
  * (recompute, offload, micro-batch), so it fits that rank too; should it
  * not, that rank's next step escalates again, alike on every rank. */
 #include <stdio.h>
+#include <string.h>
 
 #include "core/context_internal.h"
 #include "core/error.h"
@@ -53,6 +54,7 @@ static int move_to(llmt_trainer *tr, int64_t k)
     LLMT_TRY(place(tr, k));
     LLMT_TRY(llmt_controller_apply(&tr->ctl, k, tr->parts.recompute, tr->parts.slicer));
     tr->since_change = 0;
+    tr->escalation_refused = 0;
     return LLMT_OK;
 }
 
@@ -169,12 +171,15 @@ static int move_all(llmt_trainer *tr, int64_t k, int *refused)
     }
     char why[512];
     snprintf(why, sizeof why, "%s", llmt_error_last());
+    /* A rank whose own move failed other than for memory fails its way
+     * back too, so the agreement below fails on every rank and *refused
+     * stays 0: only a budget's refusal everywhere it failed is "refused". */
     int back = own == LLMT_OK       ? move_to(tr, was)
                : own == LLMT_ENOMEM ? LLMT_OK
                                     : llmt_fail(own, "%s", own_why);
+    tr->since_change = 0; /* on every rank, whatever the way back gives */
     int back_failed = LLMT_OK;
     LLMT_TRY(agree_move(tr, back, &back_failed));
-    tr->since_change = 0;
     if (refused)
         *refused = failed == LLMT_ENOMEM;
     return llmt_fail(rc, "%s", why);
@@ -185,17 +190,23 @@ static int move_all(llmt_trainer *tr, int64_t k, int *refused)
  * a budget refused (refused) left every rank where it was: logged as event
  * ("escalate" or "relax": "<moving> refused, staying at [from]"), the
  * window restarts and the step just counted stands. A refused escalation
- * is tried again after the next step; a step that does not fit meanwhile
- * takes the out-of-memory path, which fits it or fails before the step is
- * counted. Any other failure is returned. */
+ * is tried again once the window reaches relax_window (not at every step:
+ * the ranks whose move worked would move their state out and back each
+ * time); a step that does not fit meanwhile takes the out-of-memory path,
+ * which fits it or fails before the step is counted. Any other failure is
+ * returned. */
 static int stay_if_refused(llmt_trainer *tr, int rc, int refused, const char *event,
                            const char *moving, const char *from)
 {
     if (!rc || !refused)
         return rc;
-    llmt_trainer_log(tr, event, "step %lld: %s refused, staying at [%s]: %s", (long long)tr->step,
-                     moving, from, llmt_error_last());
+    const int escalating = strcmp(event, "escalate") == 0;
+    llmt_trainer_log(tr, event, "step %lld: %s refused, staying at [%s]: %s%s",
+                     (long long)tr->step, moving, from, llmt_error_last(),
+                     escalating ? "; tried again in relax_window steps, or at once should a "
+                                  "step run out of memory" : "");
     tr->since_change = 0;
+    tr->escalation_refused = escalating;
     return LLMT_OK;
 }
 
@@ -321,8 +332,11 @@ int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
     if (v[AG_MOVED]) /* the peak was measured with another placement: decide next step */
         return LLMT_OK;
     tr->since_change++;
+    /* After a refused escalation, the next waits for the window (the
+     * flag and the window are the same on every rank). */
+    const int waiting = tr->escalation_refused && tr->since_change < tr->cfg.relax_window;
     if (v[AG_NOTCH] > c->notch)
-        return escalate(tr, peak, cap, &cd, v[AG_NOTCH]);
+        return waiting ? LLMT_OK : escalate(tr, peak, cap, &cd, v[AG_NOTCH]);
     if (cd.lighter < c->notch && tr->since_change >= tr->cfg.relax_window && !v[AG_VETO])
         return relax(tr, &cd, cap);
     return LLMT_OK;

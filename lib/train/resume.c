@@ -20,8 +20,9 @@ void llmt_trainer_fill_state(llmt_trainer *tr, llmt_train_state *st, char *blob,
     st->step = tr->step;
     st->tokens_seen = tr->tokens_seen;
     st->config_yaml = tr->config_yaml;
-    int n = snprintf(blob, cap, "{\"trainer\":%d,\"notch\":%lld,\"since_change\":%lld}",
-                     BLOB_FORMAT, (long long)tr->ctl.notch, (long long)tr->since_change);
+    int n = snprintf(blob, cap, "{\"trainer\":%d,\"notch\":%lld,\"since_change\":%lld,"
+                     "\"escalation_refused\":%d}", BLOB_FORMAT, (long long)tr->ctl.notch,
+                     (long long)tr->since_change, tr->escalation_refused);
     st->user_blob = blob;
     st->user_blob_size = n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
@@ -31,11 +32,15 @@ int llmt_trainer_restore_blob(llmt_trainer *tr, const char *blob, size_t len)
 {
     const llmt_json_limits lim = {2, len, 64, 16};
     llmt_json *root = NULL;
-    int64_t format = 0, notch = 0, since = 0;
+    int64_t format = 0, notch = 0, since = 0, refused = 0;
     int rc = llmt_json_parse(blob, len, &lim, &root);
+    /* escalation_refused is optional: blobs written before it lack it. */
+    const llmt_json *refused_key = rc ? NULL : llmt_json_get(root, "escalation_refused");
     if (!rc && (llmt_json_int64(llmt_json_get(root, "trainer"), &format) || format != BLOB_FORMAT ||
                 llmt_json_int64(llmt_json_get(root, "notch"), &notch) ||
-                llmt_json_int64(llmt_json_get(root, "since_change"), &since)))
+                llmt_json_int64(llmt_json_get(root, "since_change"), &since) ||
+                (refused_key && (llmt_json_int64(refused_key, &refused) || refused < 0 ||
+                                 refused > 1))))
         rc = llmt_fail(LLMT_ECORRUPT, "the trainer's state in the checkpoint is not one this "
                        "library wrote");
     llmt_json_free(root);
@@ -49,6 +54,7 @@ int llmt_trainer_restore_blob(llmt_trainer *tr, const char *blob, size_t len)
                          (long long)tr->ctl.base, (long long)tr->ctl.max);
     LLMT_TRY(llmt_controller_apply(&tr->ctl, notch, tr->parts.recompute, tr->parts.slicer));
     tr->since_change = since;
+    tr->escalation_refused = (int32_t)refused;
     return LLMT_OK;
 }
 

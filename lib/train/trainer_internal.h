@@ -33,6 +33,10 @@ struct llmt_trainer {
 
     llmt_controller ctl;
     int64_t since_change; /* steps since the controller last moved */
+    /* An escalation a budget refused: the next is tried once the window
+     * (since_change, restarted by the refusal) reaches relax_window; the
+     * same on every rank; cleared by any move. */
+    int32_t escalation_refused;
 
     FILE *metrics;
     llmt_step_callback callback;

@@ -477,17 +477,19 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
     run_close(&ad);
 }
 
-/* A move one rank's budget refuses: with full recompute from the start and
- * a budget under step 1's peak over the threshold, the escalation to an
- * offload rung after steps 2 and 3 is refused on rank 0 (its host budget
- * holds no state). Both steps stand on every rank (counted, the refusal
- * logged), and every rank is left at one notch (the ranks whose move
- * worked went back) with the same window; with rank 0's host budget
- * lifted, the next step escalates on every rank alike. */
+/* A move one rank's budget refuses: with full recompute from the start,
+ * relax window 3, and a budget under step 1's peak over the threshold, the
+ * escalation to an offload rung after step 2 is refused on rank 0 (its
+ * host budget holds no state). The step stands on every rank (counted, the
+ * refusal logged), every rank is left at one notch with the same window
+ * and its state back on the device (the ranks whose move worked went
+ * back); steps 3 and 4 wait for the window (no attempt, though rank 0's
+ * host budget is lifted after step 3), and after step 5 every rank
+ * escalates alike. */
 static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
 {
     run ad;
-    open_full_recompute(&ad, dir, comm, 0.9, 1000);
+    open_full_recompute(&ad, dir, comm, 0.9, 3);
     char log[8192] = "";
     must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
     const int64_t base = ad.tr->ctl.notch;
@@ -500,29 +502,36 @@ static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
     must(llmt_context_set_budget(ad.ctx, (uint64_t)((double)ms.total_peak / 0.95)), "budget");
     if (rank == 0)
         must(llmt_context_set_host_budget(ad.ctx, 1), "host budget");
-    for (int64_t s = 2; s <= 3; s++) {
-        must(llmt_trainer_step(ad.tr, &rep), "a step whose escalation rank 0 refuses");
+    for (int64_t s = 2; s <= 4; s++) {
+        must(llmt_trainer_step(ad.tr, &rep), "a step after rank 0 refused the escalation");
         EXPECT(llmt_trainer_step_index(ad.tr) == s, "step %lld was not counted",
                (long long)s);
         EXPECT(same_on_all(ad.tr->ctl.notch) && same_on_all(ad.tr->since_change),
-               "after step %lld's refused move: notch %lld, window %lld differ between the "
-               "ranks", (long long)s, (long long)ad.tr->ctl.notch,
-               (long long)ad.tr->since_change);
-        EXPECT(ad.tr->ctl.notch == base, "after step %lld's refused move: notch %lld, not %lld",
+               "after step %lld: notch %lld, window %lld differ between the ranks",
+               (long long)s, (long long)ad.tr->ctl.notch, (long long)ad.tr->since_change);
+        EXPECT(ad.tr->ctl.notch == base, "after step %lld: notch %lld, not %lld",
                (long long)s, (long long)ad.tr->ctl.notch, (long long)base);
+        int32_t parts = -1, layers = -1;
+        must(llmt_optimizer_get_offload(ad.opt, &parts, &layers), "offload");
+        must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
+        EXPECT(parts == LLMT_OFFLOAD_NONE && ms.current[LLMT_MEM_HOST_STATE] == 0,
+               "after step %lld: offload %d, %llu host bytes: the state did not come back",
+               (long long)s, parts, (unsigned long long)ms.current[LLMT_MEM_HOST_STATE]);
+        if (s == 3 && rank == 0) /* lifted: the window, not the budget, decides */
+            must(llmt_context_set_host_budget(ad.ctx, 0), "host budget");
     }
-    EXPECT(strstr(log, "step 3: escalating refused, staying at [") != NULL,
-           "the refusal after step 3 was not logged:\n%s", log);
-    if (rank == 0)
-        must(llmt_context_set_host_budget(ad.ctx, 0), "host budget");
-    must(llmt_trainer_step(ad.tr, &rep), "step 4, rank 0's host budget lifted");
-    EXPECT(same_on_all(ad.tr->ctl.notch), "after step 4: notch %lld differs between the ranks",
+    EXPECT(strstr(log, "step 2: escalating refused, staying at [") != NULL,
+           "the refusal after step 2 was not logged:\n%s", log);
+    EXPECT(strstr(log, "step 3: ") == NULL && strstr(log, "step 4: ") == NULL,
+           "an escalation was tried within the window:\n%s", log);
+    must(llmt_trainer_step(ad.tr, &rep), "step 5");
+    EXPECT(same_on_all(ad.tr->ctl.notch), "after step 5: notch %lld differs between the ranks",
            (long long)ad.tr->ctl.notch);
-    EXPECT(ad.tr->ctl.notch > base, "the ranks did not escalate once rank 0's host took state "
-           "(notch %lld)", (long long)ad.tr->ctl.notch);
+    EXPECT(ad.tr->ctl.notch > base, "the ranks did not escalate after the window (notch %lld)",
+           (long long)ad.tr->ctl.notch);
     if (rank == 0)
-        printf("adaptive, a move refused on rank 0 of %d: every rank stayed at notch %lld for "
-               "two steps, then escalated to %lld: %s\n", size, (long long)base,
+        printf("adaptive, a move refused on rank 0 of %d: every rank stayed at notch %lld, "
+               "waited for the window, then escalated to %lld: %s\n", size, (long long)base,
                (long long)ad.tr->ctl.notch, failures ? "NO" : "yes");
     run_close(&ad);
 }

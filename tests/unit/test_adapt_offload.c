@@ -510,17 +510,20 @@ static void test_refused_move_counts_no_step(void **state)
 
 /* An escalation above the threshold that the host budget refuses (every
  * layer at full recompute from the start, so the escalation's target is an
- * offload rung): the step that measured the peak
+ * offload rung), relax window 3: the step that measured the peak (2)
  * stands, counted, the refusal logged and the notch and placement as they
- * were; once the host budget is lifted the next step escalates to an
- * offload rung. The run stays bitwise the unconstrained one throughout. */
+ * were; the next escalation waits for the window (steps 3 and 4 try none,
+ * though the host budget is lifted after step 3), and after step 5 it
+ * escalates to an offload rung. The run stays bitwise the unconstrained
+ * one throughout. */
 static void test_refused_escalation_keeps_the_step(void **state)
 {
     (void)state;
+    enum { WINDOW = 3 };
     rig free_run, r;
     rig_open(&free_run, LLMT_PRECISION_FP32, 1000, NULL);
     rig_recompute = LLMT_RECOMPUTE_FULL;
-    rig_open(&r, LLMT_PRECISION_FP32, 1000, NULL);
+    rig_open(&r, LLMT_PRECISION_FP32, WINDOW, NULL);
     rig_recompute = LLMT_RECOMPUTE_NONE; /* the next rigs', whatever fails below */
     r.tr->cfg.memory_threshold = 0.9;
     const int64_t base = r.tr->ctl.notch;
@@ -529,7 +532,7 @@ static void test_refused_escalation_keeps_the_step(void **state)
     assert_int_equal(llmt_context_set_budget(r.ctx, (uint64_t)((double)b.mem_peak / 0.95)),
                      LLMT_OK);
     assert_int_equal(llmt_context_set_host_budget(r.ctx, 1), LLMT_OK);
-    for (int64_t i = 2; i <= 3; i++) {
+    for (int64_t i = 2; i <= 4; i++) {
         a = step(&free_run);
         b = step(&r); /* succeeds: the refused move is not the step's failure */
         assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
@@ -540,13 +543,29 @@ static void test_refused_escalation_keeps_the_step(void **state)
         assert_int_equal(llmt_optimizer_get_offload(r.opt, &parts, &layers), LLMT_OK);
         assert_int_equal(parts, LLMT_OFFLOAD_NONE);
         assert_int_equal(stats(&r).current[LLMT_MEM_HOST_STATE], 0);
+        if (i == 3) /* lifted: the window, not the budget, decides when to try */
+            assert_int_equal(llmt_context_set_host_budget(r.ctx, 0), LLMT_OK);
     }
-    assert_contains(r.log, "step 3: escalating refused, staying at [");
+    assert_contains(r.log, "step 2: escalating refused, staying at [");
     assert_contains(r.log, "host budget 1 bytes");
-    assert_int_equal(llmt_context_set_host_budget(r.ctx, 0), LLMT_OK);
+    /* The wait is in the trainer's checkpointed state, so a resume keeps
+     * it; a blob written before its key restores no wait. */
+    llmt_train_state st;
+    char blob[256], old_blob[128];
+    llmt_trainer_fill_state(r.tr, &st, blob, sizeof blob);
+    assert_non_null(strstr(blob, "\"escalation_refused\":1"));
+    snprintf(old_blob, sizeof old_blob, "{\"trainer\":1,\"notch\":%lld,\"since_change\":%lld}",
+             (long long)r.tr->ctl.notch, (long long)r.tr->since_change);
+    assert_int_equal(llmt_trainer_restore_blob(r.tr, old_blob, strlen(old_blob)), LLMT_OK);
+    assert_int_equal(r.tr->escalation_refused, 0);
+    assert_int_equal(llmt_trainer_restore_blob(r.tr, blob, st.user_blob_size), LLMT_OK);
+    assert_int_equal(r.tr->escalation_refused, 1);
+    assert_null(strstr(r.log, "step 3: ")); /* waiting: no attempt, no line */
+    assert_null(strstr(r.log, "step 4: "));
     a = step(&free_run);
     b = step(&r);
     assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    assert_contains(r.log, "step 5: peak");
     assert_true(r.tr->ctl.notch > base);
     assert_true(stats(&r).current[LLMT_MEM_HOST_STATE] > 0); /* an offload rung */
     a = step(&free_run);
