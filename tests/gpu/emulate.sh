@@ -79,13 +79,49 @@ for p in "${pids[@]}"; do wait "$p"; done
 c++ -shared -o "$obj/libllmt-cuda-emu.so" "$obj"/*.o -Wl,--version-script=cuda/plugin.map \
     -Wl,--no-undefined
 
-echo "== EMULATED on the CPU (not a GPU run): test_ops cuda =="
 export LLMT_CUDA_PLUGIN="$obj/libllmt-cuda-emu.so" CMOCKA_MESSAGE_OUTPUT=stdout
-"$build/tests/test_ops" cuda
-echo "== EMULATED on the CPU (not a GPU run): test_accumulate cuda =="
-"$build/tests/test_accumulate" cuda
-echo "== EMULATED on the CPU (not a GPU run): test_cuda_model =="
-"$build/tests/test_cuda_model"
+# The emulator runs a kernel on one OS thread, so the op tests and each case
+# of test_cuda_model (its argument: cmocka's filter, here one case's name)
+# run as separate processes, $jobs at a time; each one's output is printed
+# after all, in this order. A case must report exactly one test passed: a
+# name that matches none would pass silently otherwise.
+model_src=tests/unit/test_cuda_model.c
+mapfile -t cases < <(sed -n 's/^ *cmocka_unit_test(\(test_[A-Za-z0-9_]*\)),$/\1/p' "$model_src")
+if [ ${#cases[@]} -eq 0 ] || [ ${#cases[@]} -ne "$(grep -c 'cmocka_unit_test' "$model_src")" ]; then
+    echo "FAIL: could not read every case of $model_src (cmocka_unit_test(test_x), a line each)"
+    exit 1
+fi
+runs=("test_ops cuda")
+for c in "${cases[@]}"; do runs+=("test_cuda_model $c"); done
+runs+=("test_accumulate cuda")
+logs="$obj/logs"
+rm -rf "$logs" && mkdir -p "$logs"
+running=0
+for i in "${!runs[@]}"; do
+    if [ $running -ge "$jobs" ]; then
+        wait -n || true # each run's status is in its .rc file
+        running=$((running - 1))
+    fi
+    read -r -a argv <<< "${runs[$i]}"
+    (rc=0; "$build/tests/${argv[0]}" "${argv[@]:1}" > "$logs/$i.log" 2>&1 || rc=$?
+     echo $rc > "$logs/$i.rc") &
+    running=$((running + 1))
+done
+wait
+failed=0
+for i in "${!runs[@]}"; do
+    echo "== EMULATED on the CPU (not a GPU run): ${runs[$i]} =="
+    cat "$logs/$i.log"
+    rc=$(cat "$logs/$i.rc")
+    if [ "$rc" -ne 0 ]; then
+        echo "FAIL: ${runs[$i]}: exit $rc"
+        failed=1
+    elif [[ ${runs[$i]} == test_cuda_model* ]] && ! grep -q '^\[  PASSED  \] 1 test(s)\.$' "$logs/$i.log"; then
+        echo "FAIL: ${runs[$i]}: not exactly one test passed"
+        failed=1
+    fi
+done
+[ $failed -eq 0 ] || exit 1
 if [ $have_mpi = 0 ]; then
     echo "== test_dp_cuda not run: CMake found no MPI (Debian: openmpi-bin libopenmpi-dev) =="
     exit 0

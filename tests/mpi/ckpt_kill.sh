@@ -19,6 +19,10 @@
 # older one); async, the victim inside its writer or the commit (the phase
 # it kept in DIR/phase: W or C).
 set -u
+# When a rank dies, mpiexec sends the others SIGTERM and by default waits
+# 1 s (odls_base_sigkill_timeout) before their SIGKILL: 0 ends each killed
+# trial at once (about 1 s a trial; still exit 137, the store left as is).
+export OMPI_MCA_odls_base_sigkill_timeout=0
 mpiexec=$1 bin=$2 dir=$3 want=$4
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 killed=0 trial=0 failed=0 start=$(date +%s)

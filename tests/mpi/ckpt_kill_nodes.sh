@@ -21,6 +21,10 @@
 # node newer than rank 0's newest fast checkpoint, or the victim's phase (in
 # DIR/nodes/phase) W (before the commits) or C (in them).
 set -u
+# When a rank dies, mpiexec sends the others SIGTERM and by default waits
+# 1 s (odls_base_sigkill_timeout) before their SIGKILL: 0 ends each killed
+# trial at once (about 1 s a trial; still exit 137, the store left as is).
+export OMPI_MCA_odls_base_sigkill_timeout=0
 mpiexec=$1 bin=$2 dir=$3 want=$4 seeds_from=${5:-0}
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 
