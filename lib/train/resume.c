@@ -92,16 +92,58 @@ int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *ste
     return LLMT_OK;
 }
 
+/* Logs each optimizer setting the resumed checkpoint's replaced (they were
+ * `configured` before it): none is replaced silently. */
+static void log_replaced_settings(llmt_trainer *tr, const llmt_optimizer_config *configured)
+{
+    const llmt_optimizer_config *now = &tr->parts.optimizer->cfg;
+    const struct {
+        const char *name;
+        double was, is;
+    } s[] = {
+        {"lr", configured->lr, now->lr},
+        {"beta1", configured->beta1, now->beta1},
+        {"beta2", configured->beta2, now->beta2},
+        {"eps", configured->eps, now->eps},
+        {"weight_decay", configured->weight_decay, now->weight_decay},
+        {"decay_norms", configured->decay_norms, now->decay_norms},
+        {"grad_clip", configured->grad_clip, now->grad_clip},
+        {"schedule", configured->schedule, now->schedule},
+        {"warmup_steps", (double)configured->warmup_steps, (double)now->warmup_steps},
+        {"total_steps", (double)configured->total_steps, (double)now->total_steps},
+        {"min_lr", configured->min_lr, now->min_lr},
+    };
+    char list[1024] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof s / sizeof s[0] && used < sizeof list; i++)
+        if (s[i].was != s[i].is) {
+            int n = snprintf(list + used, sizeof list - used, "%s%s %.9g (configured %.9g)",
+                             used ? ", " : "", s[i].name, s[i].is, s[i].was);
+            used += n > 0 ? (size_t)n : 0;
+        }
+    if (used)
+        llmt_trainer_log(tr, "resume", "the checkpoint's optimizer settings replace the "
+                         "configured ones: %s (llmt_optimizer_set after the resume changes "
+                         "them)", list);
+}
+
 int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)
 {
     if (!tr || !step)
         return llmt_fail(LLMT_EINVAL, "llmt_trainer_resume_latest: %s is NULL", tr ? "step" : "tr");
     *step = -1;
-    if (tr->parts.optimizer->comm)
-        return llmt_trainer_dist_resume(tr, step);
-    char blob[256];
-    size_t blob_len = 0;
-    int32_t tier = 0;
-    return llmt_trainer_resume_into(tr, tr->parts.optimizer, step, &tier, blob, sizeof blob,
-                                    &blob_len);
+    const llmt_optimizer_config configured = tr->parts.optimizer->cfg;
+    int rc;
+    if (tr->parts.optimizer->comm) {
+        rc = llmt_trainer_dist_resume(tr, step);
+    } else {
+        char blob[256];
+        size_t blob_len = 0;
+        int32_t tier = 0;
+        rc = llmt_trainer_resume_into(tr, tr->parts.optimizer, step, &tier, blob, sizeof blob,
+                                      &blob_len);
+    }
+    if (!rc && *step >= 0)
+        log_replaced_settings(tr, &configured);
+    return rc;
 }

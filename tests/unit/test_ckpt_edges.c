@@ -946,6 +946,62 @@ static void test_set_aside_twice(void **state)
     llmt_remove_tree(dirs.store);
 }
 
+/* A trainer log callback: appends the line to the char[4096] user. */
+static void append_line(void *user, const char *line)
+{
+    char *log = user;
+    size_t used = strlen(log);
+    snprintf(log + used, 4096 - used, "%s\n", line);
+}
+
+/* A resume replaces the optimizer's settings with the checkpoint's, as
+ * llmt_ckpt_load does, and says so for each one that differs (none is
+ * replaced silently); equal settings log nothing. */
+static void test_resume_logs_replaced_settings(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, dirs.data, LLMT_PRECISION_FP32, 16);
+    llmt_ckpt_store *s = open_store(f.ctx, 5, 0);
+    llmt_trainer *saver = make_trainer(&f, s, 2, 100);
+    assert_int_equal(llmt_trainer_run(saver, 2), LLMT_OK); /* saves step 2 */
+    double saved_lr = 0;
+    assert_int_equal(llmt_optimizer_get(f.opt, LLMT_OPT_LR, &saved_lr), LLMT_OK);
+    llmt_trainer_free(saver);
+    llmt_ckpt_store_free(s);
+    fixture_close(&f);
+    for (int changed = 0; changed < 2; changed++) {
+        fixture g;
+        fixture_open(&g, dirs.data, LLMT_PRECISION_FP32, 16);
+        if (changed) {
+            assert_int_equal(llmt_optimizer_set(g.opt, LLMT_OPT_LR, saved_lr / 4), LLMT_OK);
+            assert_int_equal(llmt_optimizer_set(g.opt, LLMT_OPT_TOTAL_STEPS, 600), LLMT_OK);
+        }
+        s = open_store(g.ctx, 5, 0);
+        llmt_trainer *tr = make_trainer(&g, s, 0, 100);
+        char log[4096] = "";
+        assert_int_equal(llmt_trainer_set_log(tr, append_line, log), LLMT_OK);
+        int64_t step = -1;
+        if (llmt_trainer_resume_latest(tr, &step) != LLMT_OK)
+            fail_msg("resume: %s", llmt_error_last());
+        assert_int_equal(step, 2);
+        double lr = 0;
+        assert_int_equal(llmt_optimizer_get(g.opt, LLMT_OPT_LR, &lr), LLMT_OK);
+        assert_true(lr == saved_lr); /* the checkpoint's */
+        char want[256];
+        snprintf(want, sizeof want, "replace the configured ones: lr %.9g (configured %.9g), "
+                 "total_steps 60 (configured 600)", saved_lr, saved_lr / 4);
+        if (changed)
+            assert_contains(log, want);
+        else
+            assert_null(strstr(log, "optimizer settings"));
+        llmt_trainer_free(tr);
+        llmt_ckpt_store_free(s);
+        fixture_close(&g);
+    }
+    llmt_remove_tree(dirs.store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -965,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_not_a_regular_file),
         cmocka_unit_test(test_no_op_save_is_the_trainers_own),
         cmocka_unit_test(test_set_aside_twice),
+        cmocka_unit_test(test_resume_logs_replaced_settings),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
