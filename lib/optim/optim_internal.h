@@ -173,6 +173,12 @@ void llmt_optimizer_free_sharded(llmt_optimizer *o);
 /* The learning rate of optimizer step `step` (0-based) under config c. */
 double llmt_schedule_lr(const llmt_optimizer_config *c, int64_t step);
 
+/* The settings llmt_optimizer_set and _get take (llmt_opt_param 0 to
+ * LLMT_OPTIMIZER_SETTINGS - 1): setting param's name and its value in c. */
+#define LLMT_OPTIMIZER_SETTINGS (LLMT_OPT_MIN_LR + 1)
+const char *llmt_optimizer_setting_name(int param);
+double llmt_optimizer_setting(const llmt_optimizer_config *c, int param);
+
 /* Validates a configuration (version 1 or 2), naming the field at fault. */
 int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn);
 

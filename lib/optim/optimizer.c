@@ -43,6 +43,7 @@ static const setting settings[] = {
     [LLMT_OPT_MIN_LR] = {"min_lr", 0, 10, 0, 0, 0},
 };
 #define SETTING_COUNT ((int)(sizeof settings / sizeof settings[0]))
+_Static_assert(SETTING_COUNT == LLMT_OPTIMIZER_SETTINGS, "a setting without its table entry");
 
 static int check_setting(const char *fn, int param, double v)
 {
@@ -71,6 +72,16 @@ static double get_setting(const llmt_optimizer_config *c, int param)
     case LLMT_OPT_TOTAL_STEPS: return (double)c->total_steps;
     default: return c->min_lr;
     }
+}
+
+const char *llmt_optimizer_setting_name(int param)
+{
+    return settings[param].name;
+}
+
+double llmt_optimizer_setting(const llmt_optimizer_config *c, int param)
+{
+    return get_setting(c, param);
 }
 
 static void put_setting(llmt_optimizer_config *c, int param, double v)

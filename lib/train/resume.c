@@ -97,30 +97,16 @@ int llmt_trainer_resume_into(llmt_trainer *tr, llmt_optimizer *opt, int64_t *ste
 static void log_replaced_settings(llmt_trainer *tr, const llmt_optimizer_config *configured)
 {
     const llmt_optimizer_config *now = &tr->parts.optimizer->cfg;
-    const struct {
-        const char *name;
-        double was, is;
-    } s[] = {
-        {"lr", configured->lr, now->lr},
-        {"beta1", configured->beta1, now->beta1},
-        {"beta2", configured->beta2, now->beta2},
-        {"eps", configured->eps, now->eps},
-        {"weight_decay", configured->weight_decay, now->weight_decay},
-        {"decay_norms", configured->decay_norms, now->decay_norms},
-        {"grad_clip", configured->grad_clip, now->grad_clip},
-        {"schedule", configured->schedule, now->schedule},
-        {"warmup_steps", (double)configured->warmup_steps, (double)now->warmup_steps},
-        {"total_steps", (double)configured->total_steps, (double)now->total_steps},
-        {"min_lr", configured->min_lr, now->min_lr},
-    };
     char list[1024] = "";
     size_t used = 0;
-    for (size_t i = 0; i < sizeof s / sizeof s[0] && used < sizeof list; i++)
-        if (s[i].was != s[i].is) {
+    for (int p = 0; p < LLMT_OPTIMIZER_SETTINGS && used < sizeof list; p++) {
+        double was = llmt_optimizer_setting(configured, p), is = llmt_optimizer_setting(now, p);
+        if (was != is) {
             int n = snprintf(list + used, sizeof list - used, "%s%s %.9g (configured %.9g)",
-                             used ? ", " : "", s[i].name, s[i].is, s[i].was);
+                             used ? ", " : "", llmt_optimizer_setting_name(p), is, was);
             used += n > 0 ? (size_t)n : 0;
         }
+    }
     if (used)
         llmt_trainer_log(tr, "resume", "the checkpoint's optimizer settings replace the "
                          "configured ones: %s (llmt_optimizer_set after the resume changes "
