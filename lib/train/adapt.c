@@ -17,7 +17,6 @@
  * (recompute, offload, micro-batch), so it fits that rank too; should it
  * not, that rank's next step escalates again, alike on every rank. */
 #include <stdio.h>
-#include <string.h>
 
 #include "core/context_internal.h"
 #include "core/error.h"
@@ -186,23 +185,23 @@ static int move_all(llmt_trainer *tr, int64_t k, int *refused)
 }
 
 /* The outcome rc of a move between steps that move_all made (an
- * escalation above the threshold, a relaxation with headroom). A move only
- * a budget refused (refused) left every rank where it was: logged as event
- * ("escalate" or "relax": "<moving> refused, staying at [from]"), the
- * window restarts and the step just counted stands. A refused escalation
- * is tried again once the window reaches relax_window (not at every step:
- * the ranks whose move worked would move their state out and back each
- * time); a step that does not fit meanwhile takes the out-of-memory path,
- * which fits it or fails before the step is counted. Any other failure is
- * returned. */
-static int stay_if_refused(llmt_trainer *tr, int rc, int refused, const char *event,
-                           const char *moving, const char *from)
+ * escalation above the threshold when escalating, else a relaxation with
+ * headroom). A move only a budget refused (refused) left every rank where
+ * it was: logged ("escalate" or "relax": "<moving> refused, staying at
+ * [from]"), the window restarts and the step just counted stands. A
+ * refused escalation is tried again once the window reaches relax_window
+ * (not at every step: the ranks whose move worked would move their state
+ * out and back each time); a step that does not fit meanwhile takes the
+ * out-of-memory path, which fits it or fails before the step is counted.
+ * Any other failure is returned. */
+static int stay_if_refused(llmt_trainer *tr, int rc, int refused, int escalating,
+                           const char *from)
 {
     if (!rc || !refused)
         return rc;
-    const int escalating = strcmp(event, "escalate") == 0;
-    llmt_trainer_log(tr, event, "step %lld: %s refused, staying at [%s]: %s%s",
-                     (long long)tr->step, moving, from, llmt_error_last(),
+    llmt_trainer_log(tr, escalating ? "escalate" : "relax",
+                     "step %lld: %s refused, staying at [%s]: %s%s", (long long)tr->step,
+                     escalating ? "escalating" : "relaxing", from, llmt_error_last(),
                      escalating ? "; tried again in relax_window steps, or at once should a "
                                   "step run out of memory" : "");
     tr->since_change = 0;
@@ -279,7 +278,7 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                                                  "threshold on some rank");
     int refused = 0;
     int rc = move_all(tr, target, &refused);
-    return stay_if_refused(tr, rc, refused, "escalate", "escalating", from);
+    return stay_if_refused(tr, rc, refused, 1, from);
 }
 
 /* Relaxes to the lighter notch, which every rank predicted under the
@@ -301,7 +300,7 @@ static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
                      tr->cfg.memory_threshold - tr->cfg.hysteresis);
     int refused = 0;
     int rc = move_all(tr, cd->lighter, &refused);
-    return stay_if_refused(tr, rc, refused, "relax", "relaxing", from);
+    return stay_if_refused(tr, rc, refused, 0, from);
 }
 
 int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
