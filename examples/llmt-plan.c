@@ -5,6 +5,7 @@
  *   llmt-plan --config run.yaml [--budget 24GiB] [--precision bf16_mixed]
  *   llmt-plan --preset llama-13b --world 8 [--rank 3]
  *   llmt-plan --preset llama-7b --backend cuda --offload optimizer+grads [--offload-layers 16]
+ *   llmt-plan --preset llama-13b --offload optimizer --budget 24GiB --host-budget 96GiB
  *   llmt-plan --help | --version
  *
  * The plan is for a backend (--backend cpu by default), whose ops keep
@@ -16,8 +17,8 @@
  * of the part of the rank's range among them) is planned in host memory,
  * with --offload optimizer+grads their gradients too (not with --world):
  * the peak column is device bytes, the host column host bytes (llmt_plan's
- * host_peak). Exit status: 0, 1 when planning fails or nothing fits
- * --budget, 2 for a usage error. */
+ * host_peak), which --host-budget limits in the fit. Exit status: 0, 1 when
+ * planning fails or nothing fits --budget, 2 for a usage error. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ static void usage(FILE *f)
             "                 [--threads N] [--backend cpu|cuda] [--precision NAME]\n"
             "                 [--budget BYTES] [--world N [--rank R]]\n"
             "                 [--offload none|optimizer|optimizer+grads\n"
-            "                  [--offload-layers all|K]]\n"
+            "                  [--offload-layers all|K] [--host-budget BYTES]]\n"
             "       " PROG " --help | --version\n"
             "Prints the bytes a training step needs per memory category, for every\n"
             "precision and recompute policy, without allocating anything or opening a\n"
@@ -94,6 +95,11 @@ static void usage(FILE *f)
             "  --offload-layers L with --offload optimizer or optimizer+grads: all\n"
             "                     (default) or K, 0..layers: the embedding and layers\n"
             "                     0..K-1 only\n"
+            "  --host-budget BYTES with --budget and an offload: the host memory the\n"
+            "                     offloaded state may take (as the context's host budget,\n"
+            "                     same units; default: the config's memory.host_budget);\n"
+            "                     the fit offloads only what it holds and halves the\n"
+            "                     micro-batch when that is not enough\n"
             "Exit status: 0; 1 when planning fails or nothing fits the budget; 2 for a\n"
             "usage error.\n");
 }
@@ -110,9 +116,10 @@ static double gib(uint64_t b)
     return (double)b / 1073741824.0;
 }
 
-/* Parses a byte count with the configuration's rules (memory.budget):
- * 0 on success, else prints why, naming the option and value, and returns 2. */
-static int parse_budget(const char *text, uint64_t *out)
+/* Parses the byte count of option with the configuration's rules
+ * (memory.budget): 0 on success, else prints why, naming the option and
+ * value, and returns 2. */
+static int parse_budget(const char *option, const char *text, uint64_t *out)
 {
     static const char key[] = "memory.budget";
     llmt_train_config c;
@@ -123,10 +130,10 @@ static int parse_budget(const char *text, uint64_t *out)
         const char *why = llmt_error_last();
         if (!strncmp(why, key, sizeof key - 1) && !strncmp(why + sizeof key - 1, ": ", 2))
             why += sizeof key + 1;
-        return bad_value("--budget", text, why);
+        return bad_value(option, text, why);
     }
     if (c.memory_budget == 0)
-        return bad_value("--budget", text, "must be more than 0 bytes");
+        return bad_value(option, text, "must be more than 0 bytes");
     *out = c.memory_budget;
     return 0;
 }
@@ -243,7 +250,11 @@ static int parse_offload_layers(const char *text, int32_t layers, int32_t *out)
 static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint64_t budget,
                      int first, int last, int fixed_layers)
 {
-    const char *per = pc.world_size ? " per rank" : "";
+    char label[96];
+    int n = snprintf(label, sizeof label, "budget %.2f GiB%s", gib(budget),
+                     pc.world_size ? " per rank" : "");
+    if (pc.host_budget && n > 0 && (size_t)n < sizeof label)
+        snprintf(label + n, sizeof label - (size_t)n, ", host %.2f GiB", gib(pc.host_budget));
     pc.recompute = LLMT_RECOMPUTE_NONE;
     for (int prec = first; prec <= last; prec++) {
         pc.model.precision = prec;
@@ -252,8 +263,8 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
                      ? llmt_plan_fit_backend(backend, threads, &pc, budget, &b, &r)
                      : llmt_plan_fit_offload_backend(backend, threads, &pc, budget, &b, &r, &k);
         if (rc == LLMT_OK) {
-            printf("budget %.2f GiB%s: %s, micro-batch %d with recompute %s", gib(budget), per,
-                   precision_names[prec], b, llmt_recompute_policy_name(r));
+            printf("%s: %s, micro-batch %d with recompute %s", label, precision_names[prec], b,
+                   llmt_recompute_policy_name(r));
             if (k != 0) {
                 llmt_plan_config chosen = pc;
                 llmt_plan p = LLMT_PLAN_INIT;
@@ -280,16 +291,19 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
             fprintf(stderr, PROG ": %s\n", llmt_error_last());
             return 1;
         }
-        printf("budget %.2f GiB%s: %s does not fit: micro-batch 1 with full recompute%s needs "
-               "%.2f GiB\n", gib(budget), per, precision_names[prec],
+        printf("%s: %s does not fit: micro-batch 1 with full recompute%s needs %.2f GiB", label,
+               precision_names[prec],
                !pc.offload_parts ? ""
                : smallest.offload_layers != LLMT_OFFLOAD_ALL_LAYERS ? " and the given offload"
                : pc.offload_parts & LLMT_OFFLOAD_GRADS
                    ? " and all of the optimizer and gradients offloaded"
                    : " and all of the optimizer offloaded",
                gib(p.peak));
+        if (pc.host_budget)
+            printf(" and %.2f GiB of host memory", gib(p.host_peak));
+        printf("\n");
     }
-    printf("budget %.2f GiB%s: nothing fits\n", gib(budget), per);
+    printf("%s: nothing fits\n", label);
     return 1;
 }
 
@@ -297,7 +311,7 @@ int main(int argc, char **argv)
 {
     const char *preset_name = NULL, *config_path = NULL, *backend_name = "cpu";
     const char *precision_name = NULL, *budget_text = NULL;
-    const char *offload_name = NULL, *offload_layers_text = NULL;
+    const char *offload_name = NULL, *offload_layers_text = NULL, *host_budget_text = NULL;
     int64_t seq = 2048, micro = 1, threads = 1, world = 0, rank = -1;
     cli_option opts[] = {
         CLI_OPT_STRING("--preset", &preset_name),
@@ -312,6 +326,7 @@ int main(int argc, char **argv)
         CLI_OPT_INT64("--rank", &rank, 0, LLMT_PLAN_MAX_WORLD - 1),
         CLI_OPT_STRING("--offload", &offload_name),
         CLI_OPT_STRING("--offload-layers", &offload_layers_text),
+        CLI_OPT_STRING("--host-budget", &host_budget_text),
     };
     static const char *const exclusive[][2] = {{"--preset", "--config"}};
     cli_spec spec = {PROG, usage, opts, sizeof opts / sizeof *opts, exclusive, 1, 0};
@@ -338,7 +353,13 @@ int main(int argc, char **argv)
                              "not a precision (fp32, bf16_mixed, fp16_mixed or bf16_pure)");
     }
     uint64_t budget = 0;
-    if (budget_text && parse_budget(budget_text, &budget))
+    if (budget_text && parse_budget("--budget", budget_text, &budget))
+        return 2;
+    if (host_budget_text && !budget_text)
+        return bad_value("--host-budget", host_budget_text,
+                         "needs --budget (it limits what the fit offloads)");
+    uint64_t host_budget = 0;
+    if (host_budget_text && parse_budget("--host-budget", host_budget_text, &host_budget))
         return 2;
     /* The accepted values of --offload and their llmt_offload_part bits. */
     static const char *const offload_names[] = {"none", "optimizer", "optimizer+grads"};
@@ -387,6 +408,8 @@ int main(int argc, char **argv)
         pc.ordered_accumulation = cfg.accumulation == LLMT_ACCUMULATE_ORDERED;
         pc.offload_parts = cfg.optimizer.offload_parts;
         pc.offload_layers = cfg.optimizer.offload_layers;
+        if (!host_budget_text)
+            host_budget = cfg.memory_host_budget;
     } else {
         const char *names[NUM_PRESETS];
         for (size_t i = 0; i < NUM_PRESETS; i++)
@@ -412,6 +435,11 @@ int main(int argc, char **argv)
     if (offload_layers_text &&
         parse_offload_layers(offload_layers_text, pc.model.num_layers, &pc.offload_layers))
         return 2;
+    if (host_budget_text && pc.offload_parts == LLMT_OFFLOAD_NONE)
+        return bad_value("--host-budget", host_budget_text,
+                         "needs --offload optimizer or optimizer+grads (or the config's "
+                         "optimizer.offload): nothing else is planned in host memory");
+    pc.host_budget = host_budget;
     pc.micro_batch = (int32_t)micro;
     pc.seq_len = (int32_t)seq;
     pc.world_size = (int32_t)world;

@@ -20,7 +20,7 @@ extern "C" {
 /* Room for a path or glob in the configuration, terminating NUL included. */
 #define LLMT_CONFIG_PATH_MAX 1024
 
-#define LLMT_TRAIN_CONFIG_VERSION 3
+#define LLMT_TRAIN_CONFIG_VERSION 4
 
 typedef struct llmt_train_config {
     uint32_t version; /* LLMT_TRAIN_CONFIG_VERSION */
@@ -67,6 +67,9 @@ typedef struct llmt_train_config {
     /* version 2 */
     int32_t dist_reduce;     /* dist.reduce: llmt_reduce_mode of a data-parallel run */
     int32_t accumulation;    /* batch.accumulation: llmt_accumulation of one process */
+    /* version 4 */
+    uint64_t memory_host_budget; /* memory.host_budget: the context's host budget
+                                    (llmt_context_set_host_budget), bytes; 0 none */
 } llmt_train_config;
 
 /* Fills cfg with the defaults (docs/config.md). */

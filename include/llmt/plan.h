@@ -15,10 +15,10 @@ extern "C" {
 #endif
 
 /* Version 2 appended the data-parallel fields (world_size ... ordered_accumulation),
- * version 3 the offload fields; older structs, which end before them, are
- * still accepted (only their bytes are read) and plan a single process
- * without offload. */
-#define LLMT_PLAN_CONFIG_VERSION 3
+ * version 3 the offload fields, version 4 host_budget; older structs, which
+ * end before them, are still accepted (only their bytes are read) and plan
+ * a single process without offload and fit without a host budget. */
+#define LLMT_PLAN_CONFIG_VERSION 4
 
 /* The most ranks a plan takes (llmt-plan --world's bound). */
 #define LLMT_PLAN_MAX_WORLD 65536
@@ -47,11 +47,15 @@ typedef struct llmt_plan_config {
                                   (world_size 0 only, and not with
                                   ordered_accumulation over several micro-batches) */
     int32_t offload_layers;    /* LLMT_OFFLOAD_ALL_LAYERS (default) or 0..num_layers */
+    /* version 4: */
+    uint64_t host_budget;      /* the llmt_plan_fit* functions' limit on host_peak
+                                  (the context's host budget); 0: none (default).
+                                  llmt_plan_compute does not read it */
 } llmt_plan_config;
 
 #define LLMT_PLAN_CONFIG_INIT                                                            \
     {LLMT_PLAN_CONFIG_VERSION, LLMT_MODEL_CONFIG_INIT, 0, 0, 1, 256, 1, 0, -1, 0, 0,    \
-     LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_ALL_LAYERS}
+     LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_ALL_LAYERS, 0}
 
 /* Fills cfg with the defaults of LLMT_PLAN_CONFIG_INIT. */
 LLMT_API void llmt_plan_config_init(llmt_plan_config *cfg);
@@ -111,7 +115,9 @@ LLMT_API int llmt_plan_compute_backend(int32_t backend, int32_t num_threads,
 
 /* The largest micro-batch (cfg->micro_batch, then halving: ceil(b / 2) down
  * to 1) and for it the lightest recompute policy (none, ffn_act,
- * ffn_act+attn_core, attn_core+ffn, full) whose plan fits budget bytes.
+ * ffn_act+attn_core, attn_core+ffn, full) whose plan fits budget bytes
+ * (its peak) and, when cfg->host_budget is not 0, whose host_peak fits
+ * cfg->host_budget.
  * The global batch stays cfg->batch_size (cfg->micro_batch when 0) while
  * the micro-batch halves; with world_size the budget is per rank (cfg->rank,
  * or the rank with the largest peak). cfg's offload placement is kept as
@@ -139,11 +145,14 @@ LLMT_API int llmt_plan_fit_backend(int32_t backend, int32_t num_threads,
  * Writes the micro-batch, the recompute policy and the layers to offload
  * (0 for none; pass it to llmt_optimizer_set_offload with
  * cfg->offload_parts). cfg->offload_layers is not read. The budget is
- * device bytes (the plan's peak); host bytes are not limited. Errors as
+ * device bytes (the plan's peak); with cfg->host_budget the rungs whose
+ * host_peak exceeds it are passed over, so the fit offloads the layers the
+ * host can hold and halves the micro-batch when that is not enough (the
+ * halved micro-batch climbing the same rungs). Errors as
  * llmt_plan_fit, LLMT_EUNSUPPORTED for gradient offload with
  * ordered_accumulation and a batch of more than one sequence (the fit may
  * split it), and LLMT_ENOMEM giving the smallest plan (micro-batch 1, full
- * recompute, all offloaded). */
+ * recompute, all offloaded) and the budgets. */
 LLMT_API int llmt_plan_fit_offload(const llmt_context *ctx, const llmt_plan_config *cfg,
                                    uint64_t budget, int32_t *micro_batch, int32_t *recompute,
                                    int32_t *offload_layers);

@@ -103,7 +103,9 @@ LLMT_API int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *p
  * scaler, recompute, slicer, loaders over cfg's data globs, checkpoint store
  * in cfg's directories) on ctx and a trainer that owns them. The context is
  * the caller's: train.seed, train.threads, train.backend and train.device
- * are not applied here (make ctx with them, as llmt-train does). Errors as
+ * are not applied here (make ctx with them, as llmt-train does); its budget
+ * and host budget are set to memory.budget and memory.host_budget where
+ * they are not 0. Errors as
  * the parts' constructors, naming the configuration key. */
 LLMT_API int llmt_trainer_create_from_config(llmt_trainer **out, llmt_context *ctx,
                                              const llmt_train_config *cfg);

@@ -25,6 +25,7 @@
  * version appended. */
 #define PLAN_CONFIG_V1_BYTES offsetof(llmt_plan_config, world_size)
 #define PLAN_CONFIG_V2_BYTES offsetof(llmt_plan_config, offload_parts)
+#define PLAN_CONFIG_V3_BYTES offsetof(llmt_plan_config, host_budget)
 #define PLAN_V1_BYTES offsetof(llmt_plan, rank)
 #define PLAN_V2_BYTES offsetof(llmt_plan, host_peak)
 
@@ -156,6 +157,7 @@ static int upgrade_plan_config(const llmt_plan_config *in, llmt_plan_config *out
     llmt_plan_config_init(out);
     memcpy(out, in, in->version == 1   ? PLAN_CONFIG_V1_BYTES
                     : in->version == 2 ? PLAN_CONFIG_V2_BYTES
+                    : in->version == 3 ? PLAN_CONFIG_V3_BYTES
                                        : sizeof *out);
     out->version = LLMT_PLAN_CONFIG_VERSION;
     return check_plan_config(out, fn);
@@ -415,7 +417,7 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
                 c.recompute = ladder[i];
             if ((rc = plan(ops, num_threads, &c, &p)))
                 return rc;
-            if (p.peak <= budget) {
+            if (p.peak <= budget && (!c.host_budget || p.host_peak <= c.host_budget)) {
                 *micro_batch = b;
                 *recompute = c.recompute;
                 if (offload_layers)
@@ -426,18 +428,21 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
         if (b == 1)
             break;
     }
-    char where[64] = "", placed[128] = "";
+    char where[64] = "", host[64] = "", placed[128] = "";
     if (c.world_size > 0)
         snprintf(where, sizeof where, " on rank %d of %d", p.rank, c.world_size);
+    if (c.host_budget)
+        snprintf(host, sizeof host, " with a host budget of %llu",
+                 (unsigned long long)c.host_budget);
     if (c.offload_parts != LLMT_OFFLOAD_NONE)
         snprintf(placed, sizeof placed, " and the optimizer%s%s offloaded (host %llu)",
                  c.offload_layers == LLMT_OFFLOAD_ALL_LAYERS ? "" : "'s first layers",
                  c.offload_parts & LLMT_OFFLOAD_GRADS ? " and gradients" : "",
                  (unsigned long long)p.host_peak);
-    return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes%s: micro-batch 1 with full "
+    return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes%s%s: micro-batch 1 with full "
                      "recompute%s needs %llu (params %llu, grads %llu, optimizer %llu, "
                      "activations %llu, workspace %llu)", fn, (unsigned long long)budget, where,
-                     placed, (unsigned long long)p.peak,
+                     host, placed, (unsigned long long)p.peak,
                      (unsigned long long)p.bytes[LLMT_MEM_PARAMS],
                      (unsigned long long)p.bytes[LLMT_MEM_GRADS],
                      (unsigned long long)p.bytes[LLMT_MEM_OPTIMIZER],

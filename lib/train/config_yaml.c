@@ -121,6 +121,7 @@ static const field fields[] = {
     {"checkpoint", "fast_every", K_I64, OFF(fast_checkpoint_every), 0, BIG, NULL},
     {"checkpoint", "fast_keep", K_I32, OFF(fast_checkpoint_keep), 1, 1 << 20, NULL},
     {"memory", "budget", K_BYTES, OFF(memory_budget), 0, 1.8e19, NULL},
+    {"memory", "host_budget", K_BYTES, OFF(memory_host_budget), 0, 1.8e19, NULL},
     {"memory", "threshold", K_F64, OFF(memory_threshold), 0.05, 1, NULL},
     {"memory", "adaptive", K_BOOL, OFF(adaptive), 0, 1, NULL},
     {"dist", "reduce", K_ENUM, OFF(dist_reduce), 0, 1, reduce_names},

@@ -87,6 +87,9 @@ static int create(llmt_trainer **out, llmt_context *ctx, const llmt_train_config
     int rc = llmt_train_config_check(c);
     if (!rc && c->memory_budget)
         rc = keyed(llmt_context_set_budget(ctx, c->memory_budget), "memory.budget");
+    if (!rc && c->memory_host_budget)
+        rc = keyed(llmt_context_set_host_budget(ctx, c->memory_host_budget),
+                   "memory.host_budget");
     size_t yaml_len = 0;
     if (!rc)
         rc = llmt_train_config_to_yaml(c, NULL, 0, &yaml_len);

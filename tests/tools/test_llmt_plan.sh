@@ -13,7 +13,9 @@
 # below the split too, less the device bucket (checked by hand), and fits
 # with fewer layers; --offload grads alone is a usage error; with --world,
 # each rank offloads the part of its range below the prefix (checked by
-# hand) and optimizer+grads is refused with the library's message.
+# hand) and optimizer+grads is refused with the library's message;
+# --host-budget (or the config's memory.host_budget) keeps the fit's offload
+# to what the host holds, and is a usage error without --budget or offload.
 # Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
 set -eu
 tool=$1
@@ -244,6 +246,40 @@ want=$(echo "$full" | awk '{ g = 1073741824; e = 32000 * 4096; l = 202383360
     printf "fp32, micro-batch 1 with recompute full, the optimizer'"'"'s state of the embedding " \
         "and layers 0-%d offloaded (host %.2f GiB) fits", k - 1, 8 * (e + k * l) / g }')
 grep -qF "budget 80.00 GiB: $want" "$tmp/out" || fail "not '$want': $(tail -n 2 "$tmp/out")"
+# --host-budget: the fit offloads only what the host holds. Exactly the
+# bytes of that fit's host state: the same fit; a byte fewer: fp32 cannot
+# offload enough at micro-batch 1 (the state's host bytes only grow with
+# the layers), so it does not fit and says what host memory it would need.
+host=$(echo "$full" | awk '{ e = 32000 * 4096; l = 202383360
+    for (k = 1; $8 - 8 * (e + k * l) / 1073741824 > 80; k++) {}
+    printf "%.0f", 8 * (e + k * l) }')
+run --preset llama-7b --budget 80GiB --offload optimizer --precision fp32 --host-budget "$host"
+[ "$status" = 0 ] || fail "--host-budget $host: exit $status: $(cat "$tmp/err")"
+grep -qF "host $(echo "$host" | awk '{ printf "%.2f", $1 / 1073741824 }') GiB: $want" "$tmp/out" ||
+    fail "--host-budget $host: not '$want': $(tail -n 1 "$tmp/out")"
+run --preset llama-7b --budget 80GiB --offload optimizer --precision fp32 --host-budget $((host - 1))
+[ "$status" = 1 ] || fail "--host-budget $((host - 1)): exit $status, not 1"
+grep -q "fp32 does not fit: micro-batch 1 with full recompute and all of the optimizer offloaded needs .* GiB and .* GiB of host memory" "$tmp/out" ||
+    fail "--host-budget $((host - 1)): $(tail -n 2 "$tmp/out")"
+# The config's memory.host_budget is the default; --host-budget overrides it.
+sed 's/^memory:$/memory:\n  host_budget: '"$((host - 1))"'/' "$src/examples/configs/100m.yaml" \
+    > "$tmp/host.yaml"
+grep -q "host_budget: $((host - 1))" "$tmp/host.yaml" || fail "the test's host config was not written"
+run --config "$tmp/host.yaml" --precision bf16_mixed --budget 1GiB --offload optimizer
+with_config=$(tail -n 1 "$tmp/out")
+run --config "$tmp/host.yaml" --precision bf16_mixed --budget 1GiB --offload optimizer \
+    --host-budget $((host - 1))
+[ "$with_config" = "$(tail -n 1 "$tmp/out")" ] ||
+    fail "config host_budget: '$with_config', not '$(tail -n 1 "$tmp/out")'"
+case "$with_config" in *", host "*) ;; *) fail "config host_budget not used: $with_config" ;; esac
+usage_error "--host-budget 1GiB" "needs --budget" -- --preset small --offload optimizer \
+    --host-budget 1GiB
+usage_error "--host-budget 1GiB" "needs --offload" -- --preset small --budget 1GiB \
+    --host-budget 1GiB
+usage_error "--host-budget lots" -- --preset small --budget 1GiB --offload optimizer \
+    --host-budget lots
+usage_error "--host-budget 0" "more than 0" -- --preset small --budget 1GiB --offload optimizer \
+    --host-budget 0
 # With the gradients (4 bytes each in fp32) too: the prefix's gradients
 # beyond one layer's (the bucket) leave the device, so fewer layers do.
 run --preset llama-7b --budget 80GiB --offload optimizer+grads

@@ -246,12 +246,18 @@ static void test_set_key(void **state)
     assert_int_equal(a.recompute, LLMT_RECOMPUTE_ATTN_CORE | LLMT_RECOMPUTE_FFN_ACT);
     assert_int_equal(llmt_train_config_set(&a, "memory.budget", "1.5GiB"), LLMT_OK);
     assert_true(a.memory_budget == 1610612736ULL);
+    assert_int_equal(llmt_train_config_set(&a, "memory.host_budget", "64GiB"), LLMT_OK);
+    assert_true(a.memory_host_budget == 64ULL << 30);
+    assert_int_equal(llmt_train_config_set(&a, "memory.host_budget", "lots"), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "memory.host_budget");
+    assert_true(a.memory_host_budget == 64ULL << 30);
     assert_int_equal(llmt_train_config_set(&a, "data.train", "x y/*.bin"), LLMT_OK);
     assert_string_equal(a.train_data, "x y/*.bin");
     assert_int_equal(llmt_train_config_set(&a, "checkpoint.async", "false"), LLMT_OK);
     assert_int_equal(a.checkpoint_async, 0);
     const char *same = "optimizer:\n  lr: 3e-4\nbatch:\n  batch_size: 4\nprecision: bf16_pure\n"
                        "recompute: attn_core+ffn_act\nmemory:\n  budget: 1.5GiB\n"
+                       "  host_budget: 64GiB\n"
                        "data:\n  train: x y/*.bin\ncheckpoint:\n  async: false\n";
     assert_int_equal(llmt_train_config_parse_yaml(&b, same, strlen(same), "same"), LLMT_OK);
     assert_memory_equal(&a, &b, sizeof a);

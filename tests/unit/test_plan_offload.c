@@ -10,7 +10,8 @@
  * gradient split and bucket counted by hand, and the fit's rungs offload
  * the gradients too. A sharded optimizer's rank offloads the part of its
  * range inside the prefix (every rank against a hand count; rank -1 the
- * largest device peak); gradient offload with world_size is refused. */
+ * largest device peak); gradient offload with world_size is refused.
+ * cfg->host_budget keeps the fit's offload to what the host holds. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -607,6 +608,99 @@ static void test_fit_offload_ladder(void **state)
     llmt_context_free(ctx);
 }
 
+/* The plan of micro-batch b, recompute r and offload rung k of pc. */
+static llmt_plan plan_of(llmt_context *ctx, llmt_plan_config pc, int32_t b, int32_t r, int32_t k)
+{
+    pc.batch_size = pc.micro_batch;
+    pc.micro_batch = b;
+    pc.recompute = r;
+    pc.offload_layers = k;
+    llmt_plan p = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
+    return p;
+}
+
+/* cfg->host_budget limits the host bytes of the fit's offload rungs: the
+ * rungs the host cannot hold are passed over (the micro-batch halves when
+ * no other fits), the bound is inclusive, 1 byte leaves no offload at all,
+ * a version 3 struct has no host budget, and the failure names it. */
+static void test_fit_offload_host_budget(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 3);
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_FP32);
+    pc.micro_batch = 8;
+    pc.seq_len = 16;
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    llmt_plan one = plan_of(ctx, pc, 8, LLMT_RECOMPUTE_FULL, 1);
+    int32_t b = 0, r = -1, k = -2;
+    /* Unlimited: two layers or more offloaded at micro-batch 8. */
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, one.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_int_equal(b, 8);
+    assert_true(k >= 2 || k == LLMT_OFFLOAD_ALL_LAYERS);
+    int32_t k0 = k;
+    uint64_t host0 = plan_of(ctx, pc, 8, LLMT_RECOMPUTE_FULL, k0).host_peak;
+    assert_true(host0 > one.host_peak);
+
+    /* A host budget of exactly those bytes: the same answer. */
+    pc.host_budget = host0;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, one.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_int_equal(b, 8);
+    assert_int_equal(k, k0);
+
+    /* One byte less: no rung at micro-batch 8 fits both (the lighter ones
+     * not the device, the heavier ones not the host), so it halves; the
+     * answer fits both budgets, and its lighter rung does not. */
+    pc.host_budget = host0 - 1;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, one.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_true(b < 8);
+    llmt_plan got = plan_of(ctx, pc, b, r, k);
+    assert_true(got.peak <= one.peak - 1 && got.host_peak <= host0 - 1);
+    llmt_plan_config lighter = pc;
+    if (lighter_rung(r, k, &lighter)) {
+        llmt_plan p = plan_of(ctx, pc, b, lighter.recompute, lighter.offload_layers);
+        assert_true(p.peak > one.peak - 1 || p.host_peak > host0 - 1);
+    }
+    for (int32_t kk = 1; kk <= L; kk++) { /* micro-batch 8 has no rung that fits both */
+        llmt_plan p = plan_of(ctx, pc, 8, LLMT_RECOMPUTE_FULL, kk);
+        assert_true(p.peak > one.peak - 1 || p.host_peak > host0 - 1);
+    }
+
+    /* One byte: no offload rung is held, so it is llmt_plan_fit's answer. */
+    pc.host_budget = 1;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, one.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_int_equal(k, 0);
+    llmt_plan_config none = pc;
+    none.offload_parts = LLMT_OFFLOAD_NONE;
+    int32_t b2 = 0, r2 = -1;
+    assert_int_equal(llmt_plan_fit(ctx, &none, one.peak - 1, &b2, &r2), LLMT_OK);
+    assert_int_equal(b, b2);
+    assert_int_equal(r, r2);
+
+    /* A version 3 struct ends before host_budget: the unlimited answer. */
+    pc.version = 3;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, one.peak - 1, &b, &r, &k), LLMT_OK);
+    assert_int_equal(b, 8);
+    assert_int_equal(k, k0);
+    pc.version = LLMT_PLAN_CONFIG_VERSION;
+
+    /* Nothing fits: the message names the host budget. */
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1000, &b, &r, &k), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "nothing fits 1000 bytes with a host budget of 1:");
+
+    /* llmt_plan_fit keeps cfg's placement: it fits only if the host holds it. */
+    pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    llmt_plan all = plan_of(ctx, pc, 8, LLMT_RECOMPUTE_NONE, LLMT_OFFLOAD_ALL_LAYERS);
+    pc.host_budget = all.host_peak;
+    assert_int_equal(llmt_plan_fit(ctx, &pc, UINT64_MAX, &b, &r), LLMT_OK);
+    assert_int_equal(b, 8);
+    assert_int_equal(r, LLMT_RECOMPUTE_NONE);
+    pc.host_budget = all.host_peak - 1;
+    assert_int_equal(llmt_plan_fit(ctx, &pc, UINT64_MAX, &b, &r), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "with a host budget of");
+    llmt_context_free(ctx);
+}
+
 static void test_invalid_offload_fields(void **state)
 {
     (void)state;
@@ -651,7 +745,7 @@ static void test_invalid_offload_fields(void **state)
     assert_contains(llmt_error_last(), "ctx is NULL");
     assert_int_equal(llmt_plan_fit_offload_backend(7, 1, &pc, 1u << 30, &b, &r, &k), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "backend = 7");
-    pc.version = 4;
+    pc.version = LLMT_PLAN_CONFIG_VERSION + 1;
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EVERSION);
     llmt_context_free(ctx);
 }
@@ -667,6 +761,7 @@ int main(void)
         cmocka_unit_test(test_fit_offload_with_grads),
         cmocka_unit_test(test_cuda_staging),
         cmocka_unit_test(test_fit_offload_ladder),
+        cmocka_unit_test(test_fit_offload_host_budget),
         cmocka_unit_test(test_invalid_offload_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -156,12 +156,13 @@ class llmt_update_report(Structure):
 # ---- plan.h
 
 class llmt_plan_config(Structure):
-    VERSION = 3
+    VERSION = 4
     _fields_ = [("version", c_uint32), ("model", llmt_model_config), ("recompute", c_int32),
                 ("layer_recompute", POINTER(c_int32)), ("micro_batch", c_int32),
                 ("seq_len", c_int32), ("with_optimizer", c_int32), ("world_size", c_int32),
                 ("rank", c_int32), ("batch_size", c_int32), ("ordered_accumulation", c_int32),
-                ("offload_parts", c_int32), ("offload_layers", c_int32)]
+                ("offload_parts", c_int32), ("offload_layers", c_int32),
+                ("host_budget", c_uint64)]
 
 
 class llmt_plan(Structure):
@@ -174,7 +175,7 @@ class llmt_plan(Structure):
 # ---- config.h
 
 class llmt_train_config(Structure):
-    VERSION = 3
+    VERSION = 4
     _fields_ = [("version", c_uint32),
                 ("model", llmt_model_config), ("optimizer", llmt_optimizer_config),
                 ("loss_scale", llmt_loss_scaler_config), ("recompute", c_int32),
@@ -191,7 +192,7 @@ class llmt_train_config(Structure):
                 ("fast_checkpoint_every", c_int64), ("fast_checkpoint_keep", c_int32),
                 ("memory_budget", c_uint64), ("memory_threshold", c_double),
                 ("adaptive", c_int32), ("dist_reduce", c_int32),
-                ("accumulation", c_int32)]
+                ("accumulation", c_int32), ("memory_host_budget", c_uint64)]
 
 
 # ---- data.h

@@ -54,7 +54,8 @@ def plan(context, model=None, layer_recompute=None, **config):
     ordered_accumulation (counted without world_size only), and for the
     optimizer's state in host memory offload_parts ("none", "optimizer" or
     "optimizer+grads": its gradients too) and offload_layers (-1: all; K:
-    the embedding and layers 0..K-1).
+    the embedding and layers 0..K-1), and for the fits host_budget (bytes
+    the offloaded state may take; 0: none).
     Returns a Plan.
     """
     cfg, _keep = _plan_config(model, layer_recompute, config)
@@ -82,7 +83,8 @@ def plan_fit_offload(context, budget, model=None, layer_recompute=None, **config
     "optimizer", or "optimizer+grads" for the gradients too): at each
     micro-batch recompute first, then full recompute with the state of 1,
     2, ... layers and then all of it in host memory, before the micro-batch
-    halves; ``budget`` counts device bytes. Returns
+    halves; ``budget`` counts device bytes, and a ``host_budget`` keyword
+    (bytes; 0: none) passes over the rungs whose host bytes exceed it. Returns
     (micro_batch, recompute flags, offload layers: 0 none, -1 all)
     (llmt_plan_fit_offload)."""
     cfg, _keep = _plan_config(model, layer_recompute, config)

@@ -111,6 +111,11 @@ def test_plan_fit_offload_and_host_peak(ctx):
     one = llmt.plan(ctx, recompute="full", offload_parts="optimizer", offload_layers=1, **args)
     assert one.peak <= full.peak - 1 and one.host_peak == one.bytes["host_state"] > 0
     assert llmt.plan_fit(ctx, full.peak - 1, **args)[0] == 1  # without offload: halves
+    # A host budget a byte short of that layer's state: no offload, it halves.
+    assert llmt.plan_fit_offload(ctx, full.peak - 1, offload_parts="optimizer",
+                                 host_budget=one.host_peak - 1, **args)[::2] == (1, 0)
+    assert llmt.plan_fit_offload(ctx, full.peak - 1, offload_parts="optimizer",
+                                 host_budget=one.host_peak, **args)[::2] == (2, 1)
     with pytest.raises(ValueError, match="offload_parts: 'grads'"):
         llmt.plan(ctx, offload_parts="grads", **args)
     with pytest.raises(llmt.InvalidArgument, match="offload_parts"):

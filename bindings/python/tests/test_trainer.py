@@ -69,6 +69,26 @@ def test_a_context_that_differs_from_the_configuration_is_warned_about(shards, c
         llmt.Trainer.from_config(same, small_config(shards)).close()
 
 
+def test_memory_host_budget_is_the_contexts(shards):
+    """memory.host_budget becomes the context's host budget: the offloaded
+    optimizer state fits one of exactly its bytes and is refused by one a
+    byte smaller, naming the host budget."""
+    offload = {"optimizer": {"lr": 3e-3, "offload": "optimizer"}}
+    with llmt.Context(num_threads=THREADS, seed=7) as ctx:
+        llmt.Trainer.from_config(ctx, small_config(shards, offload)).close()
+        need = ctx.memory_stats()["host_state"]["peak"]
+    assert need > 0
+    for budget, fits in ((need, True), (need - 1, False)):
+        cfg = small_config(shards, dict(offload, memory={"host_budget": budget}))
+        with llmt.Context(num_threads=THREADS, seed=7) as ctx:
+            if fits:
+                llmt.Trainer.from_config(ctx, cfg).close()
+                assert ctx.memory_stats()["host_budget"] == need
+            else:
+                with pytest.raises(llmt.OutOfMemory, match="host budget"):
+                    llmt.Trainer.from_config(ctx, cfg)
+
+
 def test_resume_continues_the_same_run(shards, tmp_path):
     straight = llmt.Trainer.from_config(None, small_config(shards))
     expected = [r.loss for r in straight.run()]
