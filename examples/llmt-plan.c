@@ -97,9 +97,11 @@ static void usage(FILE *f)
             "                     0..K-1 only\n"
             "  --host-budget BYTES with --budget and an offload: the host memory the\n"
             "                     offloaded state may take (as the context's host budget,\n"
-            "                     same units; default: the config's memory.host_budget);\n"
-            "                     the fit offloads only what it holds and halves the\n"
-            "                     micro-batch when that is not enough\n"
+            "                     same units; 0: none; default: the config's\n"
+            "                     memory.host_budget, though --budget never comes from\n"
+            "                     the config); the fit offloads only what it holds and\n"
+            "                     halves the micro-batch when that is not enough; with\n"
+            "                     --world, per rank (the rank holding the most)\n"
             "Exit status: 0; 1 when planning fails or nothing fits the budget; 2 for a\n"
             "usage error.\n");
 }
@@ -117,9 +119,9 @@ static double gib(uint64_t b)
 }
 
 /* Parses the byte count of option with the configuration's rules
- * (memory.budget): 0 on success, else prints why, naming the option and
- * value, and returns 2. */
-static int parse_budget(const char *option, const char *text, uint64_t *out)
+ * (memory.budget), 0 bytes only when allow_zero: 0 on success, else prints
+ * why, naming the option and value, and returns 2. */
+static int parse_budget(const char *option, const char *text, int allow_zero, uint64_t *out)
 {
     static const char key[] = "memory.budget";
     llmt_train_config c;
@@ -132,7 +134,7 @@ static int parse_budget(const char *option, const char *text, uint64_t *out)
             why += sizeof key + 1;
         return bad_value(option, text, why);
     }
-    if (c.memory_budget == 0)
+    if (c.memory_budget == 0 && !allow_zero)
         return bad_value(option, text, "must be more than 0 bytes");
     *out = c.memory_budget;
     return 0;
@@ -243,6 +245,25 @@ static int parse_offload_layers(const char *text, int32_t layers, int32_t *out)
     return 0;
 }
 
+/* Plans c into *p; with --world and no --rank, p->host_peak is the most
+ * host bytes of any rank (the fit's host check), not the planned rank's
+ * (the one with the largest device peak, which holds the least offloaded
+ * state). 0, or 1 with the library's message on stderr. */
+static int plan_most_host(int32_t backend, int32_t threads, llmt_plan_config c, llmt_plan *p)
+{
+    int32_t ranks = c.world_size > 0 && c.rank < 0 ? c.world_size : 0;
+    int rc = llmt_plan_compute_backend(backend, threads, &c, p);
+    for (int32_t r = 0; r < ranks && !rc; r++) {
+        llmt_plan one = LLMT_PLAN_INIT;
+        c.rank = r;
+        rc = llmt_plan_compute_backend(backend, threads, &c, &one);
+        p->host_peak = one.host_peak > p->host_peak ? one.host_peak : p->host_peak;
+    }
+    if (rc)
+        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+    return rc ? 1 : 0;
+}
+
 /* Fits the budget for each precision of [first, last] in turn, printing a
  * line for each, until one fits; returns 0 when one does, 1 when none does
  * or planning fails. With pc.offload_parts set, the fit places the offload
@@ -270,12 +291,11 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
                 llmt_plan p = LLMT_PLAN_INIT;
                 chosen.micro_batch = b, chosen.recompute = r, chosen.offload_layers = k;
                 chosen.model.precision = prec;
-                if (llmt_plan_compute_backend(backend, threads, &chosen, &p)) {
-                    fprintf(stderr, PROG ": %s\n", llmt_error_last());
+                if (plan_most_host(backend, threads, chosen, &p))
                     return 1;
-                }
                 print_offload(pc.offload_parts, k);
-                printf(" (host %.2f GiB)", gib(p.host_peak));
+                printf(" (host %.2f GiB%s)", gib(p.host_peak),
+                       pc.world_size && pc.rank < 0 ? " on the rank holding the most" : "");
             }
             printf(" fits\n");
             return 0;
@@ -287,10 +307,12 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
         smallest.recompute = LLMT_RECOMPUTE_FULL;
         smallest.offload_layers = fixed_layers ? pc.offload_layers : LLMT_OFFLOAD_ALL_LAYERS;
         llmt_plan p = LLMT_PLAN_INIT;
-        if (rc != LLMT_ENOMEM || llmt_plan_compute_backend(backend, threads, &smallest, &p)) {
+        if (rc != LLMT_ENOMEM) {
             fprintf(stderr, PROG ": %s\n", llmt_error_last());
             return 1;
         }
+        if (plan_most_host(backend, threads, smallest, &p))
+            return 1;
         printf("%s: %s does not fit: micro-batch 1 with full recompute%s needs %.2f GiB", label,
                precision_names[prec],
                !pc.offload_parts ? ""
@@ -300,7 +322,8 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
                    : " and all of the optimizer offloaded",
                gib(p.peak));
         if (pc.host_budget)
-            printf(" and %.2f GiB of host memory", gib(p.host_peak));
+            printf(" and %.2f GiB of host memory%s", gib(p.host_peak),
+                   pc.world_size && pc.rank < 0 ? " on the rank holding the most" : "");
         printf("\n");
     }
     printf("%s: nothing fits\n", label);
@@ -353,13 +376,13 @@ int main(int argc, char **argv)
                              "not a precision (fp32, bf16_mixed, fp16_mixed or bf16_pure)");
     }
     uint64_t budget = 0;
-    if (budget_text && parse_budget("--budget", budget_text, &budget))
+    if (budget_text && parse_budget("--budget", budget_text, 0, &budget))
         return 2;
     if (host_budget_text && !budget_text)
         return bad_value("--host-budget", host_budget_text,
                          "needs --budget (it limits what the fit offloads)");
     uint64_t host_budget = 0;
-    if (host_budget_text && parse_budget("--host-budget", host_budget_text, &host_budget))
+    if (host_budget_text && parse_budget("--host-budget", host_budget_text, 1, &host_budget))
         return 2;
     /* The accepted values of --offload and their llmt_offload_part bits. */
     static const char *const offload_names[] = {"none", "optimizer", "optimizer+grads"};
@@ -439,7 +462,8 @@ int main(int argc, char **argv)
         return bad_value("--host-budget", host_budget_text,
                          "needs --offload optimizer or optimizer+grads (or the config's "
                          "optimizer.offload): nothing else is planned in host memory");
-    pc.host_budget = host_budget;
+    /* Nothing offloaded, nothing for a host budget (a config's) to limit. */
+    pc.host_budget = pc.offload_parts != LLMT_OFFLOAD_NONE ? host_budget : 0;
     pc.micro_batch = (int32_t)micro;
     pc.seq_len = (int32_t)seq;
     pc.world_size = (int32_t)world;

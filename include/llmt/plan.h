@@ -119,8 +119,10 @@ LLMT_API int llmt_plan_compute_backend(int32_t backend, int32_t num_threads,
  * (its peak) and, when cfg->host_budget is not 0, whose host_peak fits
  * cfg->host_budget.
  * The global batch stays cfg->batch_size (cfg->micro_batch when 0) while
- * the micro-batch halves; with world_size the budget is per rank (cfg->rank,
- * or the rank with the largest peak). cfg's offload placement is kept as
+ * the micro-batch halves; with world_size the budgets are per rank
+ * (cfg->rank's, or with rank -1 the largest peak of any rank and the most
+ * host bytes of any rank: the rank holding the least offloaded state has
+ * the largest peak). cfg's offload placement is kept as
  * it is. LLMT_ENOMEM, with a message giving the smallest plan's peak, when
  * even micro-batch 1 with full recompute does not fit; LLMT_EUNSUPPORTED
  * for gradient offload with ordered_accumulation and a batch of more than

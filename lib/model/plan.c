@@ -220,6 +220,26 @@ static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params,
     return best;
 }
 
+/* The most host bytes any rank of c (world_size > 0) holds: the fit's host
+ * check when c plans rank -1, whose plan is the rank with the most device
+ * bytes, which holds the least offloaded state. (No gradient is offloaded
+ * with a communicator: a rank's host bytes are its state's.) */
+static int largest_rank_host(const llmt_backend_ops *ops, const llmt_plan_config *c,
+                             uint64_t *out)
+{
+    param_counts n;
+    LLMT_TRY(count_params(c, ops->host_memory, &n));
+    size_t e = llmt_dtype_size(llmt_precision_dtype(c->model.precision));
+    *out = 0;
+    for (int32_t r = 0; r < c->world_size; r++) {
+        shard_bytes s;
+        rank_shard_bytes(c->model.precision, e, n.params, n.prefix, ops->host_memory,
+                         c->world_size, r, &s);
+        *out = s.host > *out ? s.host : *out;
+    }
+    return LLMT_OK;
+}
+
 /* The plan of a checked configuration, for a backend's op table (only its
  * size functions are called) and a host thread count; out is a whole
  * current-version plan. */
@@ -407,6 +427,7 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
                          "micro-batches, and ordered accumulation with gradient offload is not "
                          "built", fn, cfg->offload_parts, c.batch_size);
     llmt_plan p = LLMT_PLAN_INIT;
+    uint64_t host = 0; /* p's host bytes; with rank -1, the most of any rank's */
     int rc;
     for (int32_t b = cfg->micro_batch;; b = (b + 1) / 2) {
         c.micro_batch = b;
@@ -417,7 +438,11 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
                 c.recompute = ladder[i];
             if ((rc = plan(ops, num_threads, &c, &p)))
                 return rc;
-            if (p.peak <= budget && (!c.host_budget || p.host_peak <= c.host_budget)) {
+            host = p.host_peak;
+            if (c.host_budget && c.world_size > 0 && c.rank < 0 &&
+                (rc = largest_rank_host(ops, &c, &host)))
+                return rc;
+            if (p.peak <= budget && (!c.host_budget || host <= c.host_budget)) {
                 *micro_batch = b;
                 *recompute = c.recompute;
                 if (offload_layers)
@@ -428,21 +453,21 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
         if (b == 1)
             break;
     }
-    char where[64] = "", host[64] = "", placed[128] = "";
+    char where[64] = "", host_limit[64] = "", placed[128] = "";
     if (c.world_size > 0)
         snprintf(where, sizeof where, " on rank %d of %d", p.rank, c.world_size);
     if (c.host_budget)
-        snprintf(host, sizeof host, " with a host budget of %llu",
+        snprintf(host_limit, sizeof host_limit, " with a host budget of %llu",
                  (unsigned long long)c.host_budget);
     if (c.offload_parts != LLMT_OFFLOAD_NONE)
         snprintf(placed, sizeof placed, " and the optimizer%s%s offloaded (host %llu)",
                  c.offload_layers == LLMT_OFFLOAD_ALL_LAYERS ? "" : "'s first layers",
                  c.offload_parts & LLMT_OFFLOAD_GRADS ? " and gradients" : "",
-                 (unsigned long long)p.host_peak);
+                 (unsigned long long)host);
     return llmt_fail(LLMT_ENOMEM, "%s: nothing fits %llu bytes%s%s: micro-batch 1 with full "
                      "recompute%s needs %llu (params %llu, grads %llu, optimizer %llu, "
                      "activations %llu, workspace %llu)", fn, (unsigned long long)budget, where,
-                     host, placed, (unsigned long long)p.peak,
+                     host_limit, placed, (unsigned long long)p.peak,
                      (unsigned long long)p.bytes[LLMT_MEM_PARAMS],
                      (unsigned long long)p.bytes[LLMT_MEM_GRADS],
                      (unsigned long long)p.bytes[LLMT_MEM_OPTIMIZER],

@@ -278,8 +278,31 @@ usage_error "--host-budget 1GiB" "needs --offload" -- --preset small --budget 1G
     --host-budget 1GiB
 usage_error "--host-budget lots" -- --preset small --budget 1GiB --offload optimizer \
     --host-budget lots
-usage_error "--host-budget 0" "more than 0" -- --preset small --budget 1GiB --offload optimizer \
+# --host-budget 0 is none, over a config's; a config's host budget with
+# nothing offloaded limits nothing and is not shown.
+run --config "$tmp/host.yaml" --precision bf16_mixed --budget 1GiB --offload optimizer \
     --host-budget 0
+case "$(tail -n 1 "$tmp/out")" in *", host "*) fail "--host-budget 0: $(tail -n 1 "$tmp/out")" ;; esac
+run --config "$tmp/host.yaml" --precision bf16_mixed --budget 1GiB
+case "$(tail -n 1 "$tmp/out")" in *"host"*) fail "no offload: $(tail -n 1 "$tmp/out")" ;; esac
+# With --world and no --rank the host bytes are those of the rank holding
+# the most (rank 0, whose whole range is offloaded: its own plan's host
+# column), not the planned rank's (the largest device peak), and the host
+# budget holds for every rank.
+run --preset llama-7b --precision fp32 --world 8 --offload optimizer --budget 60GiB
+k=$(tail -n 1 "$tmp/out" | sed -n 's/.*and layers 0-\([0-9]*\) offloaded.*/\1/p')
+[ -n "$k" ] || fail "--world 8 --budget 60GiB: $(tail -n 1 "$tmp/out")"
+fit=$(tail -n 1 "$tmp/out")
+run --preset llama-7b --precision fp32 --world 8 --rank 0 --offload optimizer \
+    --offload-layers $((k + 1))
+most=$(row fp32 full | awk '{ print $9 }')
+case "$fit" in *"(host $most GiB on the rank holding the most) fits") ;;
+    *) fail "--world 8: not rank 0's host $most: $fit" ;; esac
+run --preset llama-7b --precision fp32 --world 8 --offload optimizer --budget 60GiB \
+    --host-budget 3GiB
+[ "$status" = 1 ] || fail "--world 8 --host-budget 3GiB: exit $status, not 1: $(tail -n 1 "$tmp/out")"
+grep -q "GiB of host memory on the rank holding the most" "$tmp/out" ||
+    fail "--world 8 --host-budget 3GiB: $(tail -n 2 "$tmp/out")"
 # With the gradients (4 bytes each in fp32) too: the prefix's gradients
 # beyond one layer's (the bucket) leave the device, so fewer layers do.
 run --preset llama-7b --budget 80GiB --offload optimizer+grads

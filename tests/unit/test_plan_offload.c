@@ -701,6 +701,54 @@ static void test_fit_offload_host_budget(void **state)
     llmt_context_free(ctx);
 }
 
+/* The most host bytes of any rank of pc (world_size ranks) at micro-batch
+ * b, recompute r and offload rung k, each rank planned by itself. */
+static uint64_t most_rank_host(llmt_context *ctx, llmt_plan_config pc, int32_t b, int32_t r,
+                               int32_t k)
+{
+    uint64_t most = 0;
+    for (pc.rank = 0; pc.rank < pc.world_size; pc.rank++) {
+        uint64_t h = plan_of(ctx, pc, b, r, k).host_peak;
+        most = h > most ? h : most;
+    }
+    return most;
+}
+
+/* With world_size and rank -1 the host budget holds for every rank: the
+ * planned rank (the largest device peak) holds the least offloaded state,
+ * so its host bytes are not the ones to check. */
+static void test_fit_host_budget_every_rank(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 3);
+    llmt_plan_config pc = plan_config(LLMT_PRECISION_FP32);
+    pc.world_size = 4;
+    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    pc.offload_layers = 1;
+    uint64_t most = most_rank_host(ctx, pc, 1, LLMT_RECOMPUTE_NONE, 1);
+    llmt_plan planned = plan_of(ctx, pc, 1, LLMT_RECOMPUTE_NONE, 1);
+    assert_true(planned.host_peak < most); /* the case that matters */
+    int32_t b = 0, r = -1, k = -2;
+    /* llmt_plan_fit keeps the placement: every rank's host must hold it. */
+    pc.host_budget = most;
+    assert_int_equal(llmt_plan_fit(ctx, &pc, UINT64_MAX, &b, &r), LLMT_OK);
+    pc.host_budget = most - 1;
+    assert_int_equal(llmt_plan_fit(ctx, &pc, UINT64_MAX, &b, &r), LLMT_ENOMEM);
+    assert_contains(llmt_error_last(), "with a host budget of");
+    /* llmt_plan_fit_offload: its answer fits every rank's host. */
+    pc.micro_batch = 4;
+    llmt_plan all = plan_of(ctx, pc, 4, LLMT_RECOMPUTE_FULL, LLMT_OFFLOAD_ALL_LAYERS);
+    pc.host_budget = 0;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, all.peak, &b, &r, &k), LLMT_OK);
+    assert_true(k != 0);
+    uint64_t need = most_rank_host(ctx, pc, b, r, k);
+    pc.host_budget = need - 1;
+    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, all.peak, &b, &r, &k), LLMT_OK);
+    assert_true(plan_of(ctx, pc, b, r, k).peak <= all.peak);
+    assert_true(most_rank_host(ctx, pc, b, r, k) <= need - 1);
+    llmt_context_free(ctx);
+}
+
 static void test_invalid_offload_fields(void **state)
 {
     (void)state;
@@ -762,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_cuda_staging),
         cmocka_unit_test(test_fit_offload_ladder),
         cmocka_unit_test(test_fit_offload_host_budget),
+        cmocka_unit_test(test_fit_host_budget_every_rank),
         cmocka_unit_test(test_invalid_offload_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

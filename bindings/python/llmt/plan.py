@@ -68,7 +68,8 @@ def plan(context, model=None, layer_recompute=None, **config):
 def plan_fit(context, budget, model=None, layer_recompute=None, **config):
     """The largest micro-batch (from ``micro_batch``, halving) and for it the
     lightest recompute policy whose plan fits ``budget`` bytes (per rank
-    with world_size), as (micro_batch, recompute flags); the global batch
+    with world_size) and, with a ``host_budget``, whose host bytes fit it,
+    as (micro_batch, recompute flags); the global batch
     stays batch_size (or the first micro_batch). Raises OutOfMemory with the
     smallest plan's peak when nothing fits. Arguments as plan()."""
     cfg, _keep = _plan_config(model, layer_recompute, config)
