@@ -2,7 +2,8 @@
  * checkpoints, adaptive memory and automatic resume.
  *
  *   llmt-train [--config FILE] [--out DIR] [--steps N] [--data-parallel] [--fail-wait S]
- *              [--resume | --no-resume | --start-over] [KEY=VALUE...]
+ *              [--resume | --no-resume | --start-over]
+ *              [--optimizer-settings checkpoint|config] [KEY=VALUE...]
  *   llmt-train --help | --version
  *
  * Without --config it trains the embedded default: a 3M-parameter byte-level
@@ -13,12 +14,16 @@
  * DIR and its parents are created, and locked against a second llmt-train.
  * Run again with the same --out, it resumes from the newest valid
  * checkpoint; checkpoints none of which verify are an error unless
- * --start-over, which sets them aside (step-N.refused-XXXXXX). SIGINT (Ctrl-C) and SIGTERM save a checkpoint and stop
- * (exit 130 and 143); before training starts they stop without training.
- * The fast tier goes to /dev/shm (memory) unless the configuration names a
- * directory; that default one is removed when the run ends with its durable
- * checkpoint, so finished runs do not hold memory. Exit status: 0 done,
- * 1 failed, 2 bad usage, 130/143 interrupted (docs/trainer.md).
+ * --start-over, which sets them aside (step-N.refused-XXXXXX). A resume
+ * takes the checkpoint's optimizer settings, or with --optimizer-settings
+ * config the configuration's. SIGINT (Ctrl-C) and SIGTERM save a checkpoint
+ * and stop (exit 130 and 143); before training starts they stop without
+ * training. The fast tier goes to /dev/shm (memory) unless the
+ * configuration names a directory; that default one is removed when the
+ * run ends with its durable checkpoint, so finished runs do not hold
+ * memory, and when a run that created it ends before saving anything
+ * there. Exit status: 0 done, 1 failed, 2 bad usage, 130/143 interrupted
+ * (docs/trainer.md).
  *
  * Under mpirun/mpiexec or srun (or a torchrun-style environment that an MPI
  * launch backs), each process is one rank of a data-parallel run
@@ -131,7 +136,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: " PROG " [--config FILE] [--out DIR] [--steps N] [--data-parallel]\n"
             "                  [--fail-wait S] [--resume | --no-resume | --start-over]\n"
-            "                  [KEY=VALUE...]\n"
+            "                  [--optimizer-settings checkpoint|config] [KEY=VALUE...]\n"
             "Trains the embedded default configuration on Debian's licence texts unless\n"
             "--config is given; DIR (default runs/demo, created with its parents) holds\n"
             "data, checkpoints, metrics. KEY=VALUE sets a configuration key after the\n"
@@ -142,6 +147,12 @@ static void usage(FILE *f)
             "  --start-over  train from step 0 although DIR holds checkpoints, none of\n"
             "                which verifies (refused when one does); they are renamed\n"
             "                step-N.refused-XXXXXX and kept\n"
+            "  --optimizer-settings checkpoint|config  on a resume, the optimizer settings\n"
+            "                (lr, betas, eps, weight decay, grad clip, schedule, its\n"
+            "                steps, min_lr) are the checkpoint's (default) or the\n"
+            "                configuration's; the step, moments and data position are\n"
+            "                the checkpoint's either way. Without a resume (none found,\n"
+            "                --no-resume, --start-over) it changes nothing\n"
             "  --data-parallel  train as a data-parallel run (sharded optimizer and\n"
             "                checkpoints) even as one process, over MPI on the cpu\n"
             "                backend and NCCL on cuda; under mpirun/srun it always is\n"
@@ -163,6 +174,20 @@ static int die_status(const char *what, int status)
 {
     fprintf(stderr, PROG ": %s: %s: %s\n", what, llmt_status_string(status), llmt_error_last());
     return 1;
+}
+
+/* --optimizer-settings config, after a resume made the optimizer's settings
+ * the checkpoint's (the trainer's log named each that differs): the
+ * configuration's again, on every rank. 0, or -1 with the reason on
+ * stderr. */
+static int use_configured_settings(llmt_trainer *tr, const llmt_optimizer_config *configured)
+{
+    if (llmt_optimizer_set_settings(llmt_trainer_optimizer(tr), configured)) {
+        fprintf(stderr, PROG ": --optimizer-settings config: %s\n", llmt_error_last());
+        return -1;
+    }
+    printf("  the configured optimizer settings are used (--optimizer-settings config)\n");
+    return 0;
 }
 
 /* Agrees across the ranks on whether a step failed (failed: on this rank);
@@ -221,6 +246,7 @@ typedef struct options {
     int64_t steps; /* -1: the configuration's */
     int resume, no_resume, start_over;
     int data_parallel; /* --data-parallel */
+    int configured_settings; /* --optimizer-settings config: 1; checkpoint (default): 0 */
     int64_t fail_wait; /* --fail-wait: seconds; LAUNCH_FAIL_WAIT_S by default */
 } options;
 
@@ -231,7 +257,8 @@ typedef struct options {
 #define GO_ON (-1)
 static int parse_command_line(int argc, char **argv, options *o, llmt_train_config *cfg)
 {
-    *o = (options){NULL, "runs/demo", -1, 0, 0, 0, 0, LAUNCH_FAIL_WAIT_S};
+    *o = (options){NULL, "runs/demo", -1, 0, 0, 0, 0, 0, LAUNCH_FAIL_WAIT_S};
+    const char *settings = "checkpoint";
     cli_option opts[] = {
         CLI_OPT_STRING("--config", &o->config),
         CLI_OPT_STRING("--out", &o->out),
@@ -241,6 +268,7 @@ static int parse_command_line(int argc, char **argv, options *o, llmt_train_conf
         CLI_OPT_FLAG("--start-over", &o->start_over),
         CLI_OPT_FLAG("--data-parallel", &o->data_parallel),
         CLI_OPT_INT64("--fail-wait", &o->fail_wait, 1, 86400),
+        CLI_OPT_STRING("--optimizer-settings", &settings),
     };
     static const char *const exclusive[][2] = {
         {"--resume", "--no-resume"}, {"--resume", "--start-over"}, {"--no-resume", "--start-over"}};
@@ -249,6 +277,12 @@ static int parse_command_line(int argc, char **argv, options *o, llmt_train_conf
     int npos = 0, parsed = cli_parse(&spec, argc, argv, &npos);
     if (parsed != CLI_OK)
         return parsed == CLI_DONE ? 0 : 2;
+    if (strcmp(settings, "checkpoint") && strcmp(settings, "config")) {
+        fprintf(stderr, PROG ": --optimizer-settings %s: neither checkpoint nor config\n"
+                "Try '" PROG " --help'.\n", settings);
+        return 2;
+    }
+    o->configured_settings = !strcmp(settings, "config");
     for (int i = 1; i <= npos; i++)
         if (!strchr(argv[i], '=') || argv[i][0] == '=') {
             fprintf(stderr, PROG ": unexpected argument '%s': configuration overrides are "
@@ -426,6 +460,77 @@ static int prepare_run_dir(const options *o, llmt_train_config *cfg, int *defaul
     return any_failed(bad, "preparing the run directory") ? -1 : 0;
 }
 
+/* The run in its prepared directory: the context, the trainer, the resume
+ * and the training, all released before it returns. *trained: the run
+ * ended with its final checkpoint. Returns the exit status. */
+static int run_in_dir(const options *o, const llmt_train_config *cfg, int device, int *trained)
+{
+    *trained = 0;
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    cc.num_threads = cfg->threads;
+    cc.seed = cfg->seed;
+    cc.backend = cfg->backend;
+    cc.device = device;
+    llmt_context *ctx = NULL;
+    llmt_trainer *tr = NULL;
+    int rc = llmt_context_create(&ctx, &cc);
+    if (any_failed(rc != LLMT_OK, "creating the context"))
+        return rc ? die_status("context", rc) : 1;
+    /* Data-parallel on CUDA: the library's trainer takes an NCCL
+     * communicator (device memory); MPI's stays for llmt-train's own. */
+    llmt_comm *nccl = NULL;
+    if (cfg->backend == LLMT_BACKEND_CUDA && (L.comm || o->data_parallel) &&
+        nccl_comm_create(&L, ctx, device, &nccl)) {
+        llmt_context_free(ctx);
+        return 1;
+    }
+    llmt_comm *comm = nccl ? nccl : L.comm;
+    rc = 0;
+    if (any_failed(L.rank == 0 && check_existing(ctx, o, cfg), "checking the checkpoints"))
+        rc = 1;
+    else if (llmt_trainer_create_from_config_dist(&tr, ctx, cfg, comm)) /* agreed by the ranks */
+        rc = die("setup");
+    if (rc) {
+        llmt_comm_free(nccl);
+        llmt_context_free(ctx);
+        return rc;
+    }
+    llmt_trainer_set_log(tr, on_log, NULL);
+    int64_t from = -1;
+    double final_loss = NAN;
+    rc = resume_as_asked(tr, o, cfg, &from);
+    if (!rc && from >= 0 && o->configured_settings && /* from: the same on every rank */
+        any_failed(use_configured_settings(tr, &cfg->optimizer) != 0,
+                   "applying the configured optimizer settings"))
+        rc = 1;
+    if (!rc && agree_stop()) {
+        printf("interrupted before training started: nothing trained\n");
+    } else if (!rc) {
+        double h = unigram_entropy(cfg->val_data);
+        char ranks[48] = "";
+        if (comm)
+            snprintf(ranks, sizeof ranks, ", %d rank%s%s", L.world, L.world > 1 ? "s" : "",
+                     nccl ? " over NCCL" : "");
+        printf("%s: %lld parameters, %s%s; %s at step %lld of %lld; byte unigram entropy of the "
+               "held-out text %.3f nats\n", PROG, (long long)llmt_model_num_params(llmt_trainer_model(tr)),
+               o->config ? o->config : "default config", ranks, from >= 0 ? "resuming" : "starting",
+               (long long)llmt_trainer_step_index(tr), (long long)cfg->steps, h);
+        if (cfg->fast_checkpoint_every)
+            printf("fast tier: %s, every %lld steps\n", cfg->fast_checkpoint_dir,
+                   (long long)cfg->fast_checkpoint_every);
+        fflush(stdout);
+        rc = train(tr, cfg, &final_loss);
+        *trained = !rc;
+    }
+    long long last_step = (long long)llmt_trainer_step_index(tr);
+    llmt_trainer_free(tr); /* waits for a fast save in flight; closes the metrics file */
+    llmt_comm_free(nccl);  /* before its context */
+    llmt_context_free(ctx);
+    if (!rc && !isnan(final_loss) && cfg->metrics[0] && L.rank == 0)
+        rc = append_final_eval(cfg->metrics, last_step, final_loss) ? 1 : 0;
+    return rc ? 1 : stop_agreed ? stopped_status() : 0;
+}
+
 /* The run, once the launch is known; returns the exit status. */
 static int run(int argc, char **argv)
 {
@@ -444,73 +549,22 @@ static int run(int argc, char **argv)
     int default_fast_dir = 0;
     if (prepare_run_dir(&o, &cfg, &default_fast_dir))
         return agree_stop() ? stopped_status() : 1;
+    /* Whether this run makes the default fast tier (the store creates it):
+     * asked after DIR's lock, so no other llmt-train on DIR makes it meanwhile. */
+    int fast_dir_is_new = default_fast_dir && L.rank == 0 &&
+                          access(cfg.fast_checkpoint_dir, F_OK) != 0 && errno == ENOENT;
+    int trained = 0;
     if (agree_stop()) {
         printf("interrupted before training started: nothing trained\n");
-        return stopped_status();
+        rc = stopped_status();
+    } else {
+        rc = run_in_dir(&o, &cfg, device, &trained);
     }
-
-    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
-    cc.num_threads = cfg.threads;
-    cc.seed = cfg.seed;
-    cc.backend = cfg.backend;
-    cc.device = device;
-    llmt_context *ctx = NULL;
-    llmt_trainer *tr = NULL;
-    rc = llmt_context_create(&ctx, &cc);
-    if (any_failed(rc != LLMT_OK, "creating the context"))
-        return rc ? die_status("context", rc) : 1;
-    /* Data-parallel on CUDA: the library's trainer takes an NCCL
-     * communicator (device memory); MPI's stays for llmt-train's own. */
-    llmt_comm *nccl = NULL;
-    if (cfg.backend == LLMT_BACKEND_CUDA && (L.comm || o.data_parallel) &&
-        nccl_comm_create(&L, ctx, device, &nccl)) {
-        llmt_context_free(ctx);
-        return 1;
-    }
-    llmt_comm *comm = nccl ? nccl : L.comm;
-    rc = 0;
-    if (any_failed(L.rank == 0 && check_existing(ctx, &o, &cfg), "checking the checkpoints"))
-        rc = 1;
-    else if (llmt_trainer_create_from_config_dist(&tr, ctx, &cfg, comm)) /* agreed by the ranks */
-        rc = die("setup");
-    if (rc) {
-        llmt_comm_free(nccl);
-        llmt_context_free(ctx);
-        return rc;
-    }
-    llmt_trainer_set_log(tr, on_log, NULL);
-    int64_t from = -1;
-    double final_loss = NAN;
-    int trained = 0; /* the run ended with its final checkpoint */
-    rc = resume_as_asked(tr, &o, &cfg, &from);
-    if (!rc && agree_stop()) {
-        printf("interrupted before training started: nothing trained\n");
-    } else if (!rc) {
-        double h = unigram_entropy(cfg.val_data);
-        char ranks[48] = "";
-        if (comm)
-            snprintf(ranks, sizeof ranks, ", %d rank%s%s", L.world, L.world > 1 ? "s" : "",
-                     nccl ? " over NCCL" : "");
-        printf("%s: %lld parameters, %s%s; %s at step %lld of %lld; byte unigram entropy of the "
-               "held-out text %.3f nats\n", PROG, (long long)llmt_model_num_params(llmt_trainer_model(tr)),
-               o.config ? o.config : "default config", ranks, from >= 0 ? "resuming" : "starting",
-               (long long)llmt_trainer_step_index(tr), (long long)cfg.steps, h);
-        if (cfg.fast_checkpoint_every)
-            printf("fast tier: %s, every %lld steps\n", cfg.fast_checkpoint_dir,
-                   (long long)cfg.fast_checkpoint_every);
-        fflush(stdout);
-        rc = train(tr, &cfg, &final_loss);
-        trained = !rc;
-    }
-    long long last_step = (long long)llmt_trainer_step_index(tr);
-    llmt_trainer_free(tr); /* waits for a fast save in flight; closes the metrics file */
-    llmt_comm_free(nccl);  /* before its context */
-    llmt_context_free(ctx);
-    if (!rc && !isnan(final_loss) && cfg.metrics[0] && L.rank == 0)
-        rc = append_final_eval(cfg.metrics, last_step, final_loss) ? 1 : 0;
     if (trained && default_fast_dir && L.rank == 0) /* nothing there is newer than the final checkpoint */
         remove_tree(cfg.fast_checkpoint_dir);
-    return rc ? 1 : stop_agreed ? stopped_status() : 0;
+    else if (fast_dir_is_new) /* a failed or stopped start: what it made, if it saved nothing there */
+        remove_fast_dir_if_unused(cfg.fast_checkpoint_dir);
+    return rc;
 }
 
 int main(int argc, char **argv)

@@ -1,9 +1,11 @@
 /* llmt-train's run directory: creating it, locking it, removing the default
- * fast tier, and the final metrics record. */
+ * fast tier (after the final save, or unused after a failed start), and the
+ * final metrics record. */
 #define _DEFAULT_SOURCE
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +107,42 @@ void remove_tree(const char *dir)
 {
     if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
         fprintf(stderr, PROG ": cannot remove %s: %s\n", dir, strerror(errno));
+}
+
+/* Whether dir's only entry (besides . and ..) is the file named only. */
+static int holds_only(const char *dir, const char *only)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int others = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, only);
+    closedir(d);
+    return !others;
+}
+
+void remove_fast_dir_if_unused(const char *dir)
+{
+    static const char lock_name[] = "llmt.lock"; /* the store's (llmt/checkpoint.h) */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, lock_name);
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) /* made, never locked: rmdir fails unless it is empty */
+            rmdir(dir);
+        return;
+    }
+    /* Held from here until after the rmdir: no store can take it meanwhile.
+     * The file locked must still be the one the path names (not one a
+     * cleaner like this unlinked and a store created again). */
+    struct stat held, named;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &held) == 0 && lstat(path, &named) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino && holds_only(dir, lock_name) &&
+        unlink(path) == 0)
+        rmdir(dir); /* ENOTEMPTY: a store created its lock file since; the directory is its */
+    close(fd);
 }
 
 int append_final_eval(const char *path, long long step, double loss)

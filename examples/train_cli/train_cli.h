@@ -26,6 +26,19 @@ int lock_run_dir(const char *dir);
  * failure other than ENOENT is reported on stderr. */
 void remove_tree(const char *dir);
 
+/* For a failed or stopped start: removes dir, the default fast tier this
+ * run created, when it holds nothing but the store's lock file (llmt.lock,
+ * include/llmt/checkpoint.h) and no process holds that lock. The lock is
+ * taken, the file unlinked while it is held, then the directory removed, so
+ * another store opening dir meanwhile either fails to lock the old file or
+ * creates a new one, which makes the removal fail harmlessly. (A store
+ * that opened the old file just before the unlink and locks it just after
+ * would hold a lock on a removed file: called while --out's lock is held,
+ * and the default fast tier is named after --out, so no other llmt-train
+ * opens it meanwhile.) Reports nothing: whatever is not removed is simply
+ * left. */
+void remove_fast_dir_if_unused(const char *dir);
+
 /* Appends {"event": "final_eval", "step": N, "eval_loss": X} to the
  * metrics file path (JSONL, as the trainer writes it); 0 or -1 with a
  * message on stderr. Called after the trainer closed the file. */

@@ -172,6 +172,17 @@ typedef enum llmt_opt_param {
 /* Sets a setting; out-of-range values are refused with LLMT_EINVAL. */
 LLMT_API int llmt_optimizer_set(llmt_optimizer *opt, int param, double value);
 
+/* Sets every setting llmt_optimizer_set takes (each llmt_opt_param) to
+ * cfg's at once, all or none: each is checked as llmt_optimizer_set checks
+ * it and min_lr against the new lr, so settings that are only valid
+ * together (a lower lr with a lower min_lr) can be set. cfg's offload
+ * placement is not read; the state, the step count and the placement stay.
+ * E.g. after a resume made the settings the checkpoint's, to take the
+ * configured ones; in a data-parallel run call it on every rank with the
+ * same cfg. cfg->version: LLMT_OPTIMIZER_CONFIG_VERSION or 1. Errors:
+ * LLMT_EINVAL naming the setting, LLMT_EVERSION. */
+LLMT_API int llmt_optimizer_set_settings(llmt_optimizer *opt, const llmt_optimizer_config *cfg);
+
 /* Reads a setting. */
 LLMT_API int llmt_optimizer_get(const llmt_optimizer *opt, int param, double *value);
 

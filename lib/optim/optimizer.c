@@ -229,6 +229,28 @@ int llmt_optimizer_set(llmt_optimizer *o, int param, double value)
     return LLMT_OK;
 }
 
+int llmt_optimizer_set_settings(llmt_optimizer *o, const llmt_optimizer_config *cfg)
+{
+    const char *fn = "llmt_optimizer_set_settings";
+    if (!o || !cfg)
+        return llmt_fail(LLMT_EINVAL, "%s: %s is NULL", fn, o ? "cfg" : "opt");
+    if (cfg->version != 1 && cfg->version != LLMT_OPTIMIZER_CONFIG_VERSION)
+        return llmt_fail(LLMT_EVERSION, "%s: cfg->version = %u, this library knows 1 and %u", fn,
+                         cfg->version, LLMT_OPTIMIZER_CONFIG_VERSION);
+    /* Every setting lies before the fields version 2 appended. */
+    llmt_optimizer_config next = o->cfg;
+    for (int p = 0; p < SETTING_COUNT; p++) {
+        double v = get_setting(cfg, p);
+        LLMT_TRY(check_setting(fn, p, v));
+        put_setting(&next, p, v);
+    }
+    if (next.min_lr > next.lr)
+        return llmt_fail(LLMT_EINVAL, "%s: min_lr = %g is above lr = %g", fn, next.min_lr,
+                         next.lr);
+    o->cfg = next;
+    return LLMT_OK;
+}
+
 int llmt_optimizer_get(const llmt_optimizer *o, int param, double *value)
 {
     if (!o || !value)

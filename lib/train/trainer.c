@@ -212,6 +212,11 @@ llmt_context *llmt_trainer_context(const llmt_trainer *tr)
     return tr ? tr->ctx : NULL;
 }
 
+llmt_optimizer *llmt_trainer_optimizer(const llmt_trainer *tr)
+{
+    return tr ? tr->parts.optimizer : NULL;
+}
+
 /* A status every rank of a data-parallel run learns (a rank that failed
  * alone would leave the others waiting in the next collective). */
 static int agreed(llmt_trainer *tr, int rc)

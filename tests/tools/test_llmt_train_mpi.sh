@@ -7,7 +7,8 @@
 # micro-batches of a step split unevenly; deterministic mode) and as one
 # process summing micro-batches in order (`mpiexec -n 1 ...
 # batch.accumulation=ordered`), and `-n 2` with the optimizer's state of a
-# prefix offloaded writes the files of `-n 2` without, and only
+# prefix offloaded writes the files of `-n 2` without, a resume of `-n 2`
+# with --optimizer-settings config the model of `-n 1`'s, and only
 # rank 0 writes --out (a second lock holder would fail the run); a fast
 # tier local to each node (two working directories) keeps each node's
 # files, resumes to the same bytes, and --start-over does not set them
@@ -144,6 +145,22 @@ python3 "$(dirname "$0")/shards_equal_v1.py" "$tmp/dp1/checkpoints/step-00000003
 # Rank 0 alone wrote the metrics: three steps, not six.
 [ "$(grep -c '"step":' "$tmp/np2/metrics.jsonl")" -eq "$(grep -c '"step":' "$tmp/np1/metrics.jsonl")" ] ||
     fail "metrics of -n 2 differ in length from -n 1"
+# --optimizer-settings config: every rank takes the configured lr after the
+# resume (one that did not would update its range with the checkpoint's),
+# so one step more at 2 ranks still gives the ordered process's bytes.
+for n in 1 2; do
+    ordered=
+    [ $n -gt 1 ] || ordered=batch.accumulation=ordered
+    "$mpiexec" -n $n "$train" --config "$tmp/tiny.yaml" --out "$tmp/np$n" $ordered --steps 4 \
+        optimizer.lr=0.01 --optimizer-settings config > "$tmp/set$n.log" 2>&1 ||
+        fail "-n $n, configured settings: $(cat "$tmp/set$n.log")"
+    grep -q "replace the configured ones: lr 0.0003 (configured 0.01)" "$tmp/set$n.log" &&
+        grep -q "settings are used (--optimizer-settings config)" "$tmp/set$n.log" ||
+        fail "-n $n: the configured lr is not used: $(cat "$tmp/set$n.log")"
+done
+cmp "$tmp/np2/checkpoints/step-00000004/model.safetensors" \
+    "$tmp/np1/checkpoints/step-00000004/model.safetensors" ||
+    fail "--optimizer-settings config: -n 2's model differs from -n 1's after the resumed step"
 
 # ---- A fast tier local to each node: one job of two app contexts, each in
 # a working directory of its own ("nodes" A and B), the fast tier's path

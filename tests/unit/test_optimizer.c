@@ -185,6 +185,44 @@ static void test_settings(void **state)
     assert_int_equal(llmt_optimizer_get_config(o, &got), LLMT_OK);
     assert_true(got.lr == 0.5 && got.warmup_steps == 10);
 
+    /* All settings at once: a lower lr with a lower min_lr, which one set
+     * at a time in this order refuses; the placement and step stay. */
+    assert_int_equal(llmt_optimizer_set(o, LLMT_OPT_MIN_LR, 0.25), LLMT_OK);
+    llmt_optimizer_config want = LLMT_OPTIMIZER_CONFIG_INIT;
+    want.lr = 0.125, want.beta1 = 0.8, want.beta2 = 0.9, want.eps = 1e-6;
+    want.weight_decay = 0.01, want.decay_norms = 1, want.grad_clip = 2;
+    want.schedule = LLMT_SCHEDULE_LINEAR, want.warmup_steps = 3, want.total_steps = 40;
+    want.min_lr = 0.0625;
+    want.offload_parts = LLMT_OFFLOAD_OPTIMIZER; /* not read */
+    assert_int_equal(llmt_optimizer_set(o, LLMT_OPT_LR, want.lr), LLMT_EINVAL);
+    assert_int_equal(llmt_optimizer_set_settings(o, &want), LLMT_OK);
+    got.version = LLMT_OPTIMIZER_CONFIG_VERSION;
+    assert_int_equal(llmt_optimizer_get_config(o, &got), LLMT_OK);
+    assert_true(got.lr == 0.125 && got.beta1 == 0.8 && got.beta2 == 0.9 && got.eps == 1e-6);
+    assert_true(got.weight_decay == 0.01 && got.decay_norms == 1 && got.grad_clip == 2);
+    assert_int_equal(got.schedule, LLMT_SCHEDULE_LINEAR);
+    assert_true(got.warmup_steps == 3 && got.total_steps == 40 && got.min_lr == 0.0625);
+    assert_int_equal(got.offload_parts, LLMT_OFFLOAD_NONE);
+    assert_int_equal(llmt_optimizer_get(o, LLMT_OPT_TOTAL_STEPS, &v), LLMT_OK);
+    assert_true(v == 40);
+    assert_true(llmt_optimizer_lr(o) == 0.125 / 3); /* warmup step 1 of 3 */
+    /* All or none: a bad setting, or min_lr above lr, changes nothing. */
+    llmt_optimizer_config bad = want;
+    bad.lr = 1.0, bad.beta2 = 1.0;
+    assert_int_equal(llmt_optimizer_set_settings(o, &bad), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "beta2 = 1");
+    bad = want;
+    bad.min_lr = 0.25;
+    assert_int_equal(llmt_optimizer_set_settings(o, &bad), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "min_lr = 0.25 is above lr = 0.125");
+    assert_int_equal(llmt_optimizer_get(o, LLMT_OPT_LR, &v), LLMT_OK);
+    assert_true(v == 0.125);
+    bad.version = 7;
+    assert_int_equal(llmt_optimizer_set_settings(o, &bad), LLMT_EVERSION);
+    assert_int_equal(llmt_optimizer_set_settings(o, NULL), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "cfg is NULL");
+    assert_int_equal(llmt_optimizer_set_settings(NULL, &want), LLMT_EINVAL);
+
     /* FP32 has no master weights. */
     assert_int_equal(llmt_optimizer_state_dtype(o, LLMT_OPT_STATE_MASTER), -1);
     float buf[16];

@@ -238,6 +238,7 @@ FUNCTIONS = {
     "llmt_optimizer_set_offload": (STATUS, [OPT, c_int32, c_int32]),
     "llmt_optimizer_get_offload": (STATUS, [OPT, I32P, I32P]),
     "llmt_optimizer_set": (STATUS, [OPT, c_int, c_double]),
+    "llmt_optimizer_set_settings": (STATUS, [OPT, _p(S.llmt_optimizer_config)]),
     "llmt_optimizer_get": (STATUS, [OPT, c_int, F64P]),
     "llmt_optimizer_get_config": (STATUS, [OPT, _p(S.llmt_optimizer_config)]),
     "llmt_optimizer_lr": (c_double, [OPT]),
@@ -301,6 +302,7 @@ FUNCTIONS = {
     "llmt_trainer_step_index": (c_int64, [TRAINER]),
     "llmt_trainer_model": (MODEL, [TRAINER]),
     "llmt_trainer_context": (CTX, [TRAINER]),
+    "llmt_trainer_optimizer": (OPT, [TRAINER]),
     # data.h
     "llmt_shard_write": (STATUS, [c_char_p, I32P, c_size_t, c_int32]),
     "llmt_byte_encode": (STATUS, [c_void_p, c_size_t, I32P, c_size_t, SIZEP]),
