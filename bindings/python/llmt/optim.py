@@ -164,6 +164,21 @@ class Optimizer(Handle):
             value = enum(value, SCHEDULES, "schedule")
         lib.llmt_optimizer_set(self._ptr, enum(param, OPT_PARAMS, "param"), float(value))
 
+    def set_settings(self, **settings):
+        """Changes the named settings ("lr", ..., "min_lr") at once, the
+        others staying, all or none: checked together, so a lower lr with a
+        lower min_lr is taken (llmt_optimizer_set_settings). The state, the
+        step count and the placement stay."""
+        unknown = set(settings) - set(OPT_PARAMS)
+        if unknown:
+            raise TypeError(f"Optimizer.set_settings: not a setting: {', '.join(sorted(unknown))} "
+                            f"(known: {', '.join(OPT_PARAMS)})")
+        cfg = S.new(S.llmt_optimizer_config)
+        lib.llmt_optimizer_get_config(self._ptr, ctypes.byref(cfg))
+        fill_struct(cfg, settings, "Optimizer.set_settings",
+                    {"schedule": lambda v: enum(v, SCHEDULES, "schedule"), "decay_norms": int})
+        lib.llmt_optimizer_set_settings(self._ptr, ctypes.byref(cfg))
+
     @property
     def config(self):
         """The current configuration as a dict of llmt_optimizer_config fields."""

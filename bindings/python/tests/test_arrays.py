@@ -92,6 +92,23 @@ def test_optimizer_state_round_trips(ctx):
     np.testing.assert_array_equal(mixed.get_state("master", name), values)
 
 
+def test_optimizer_settings_at_once(ctx):
+    """set_settings takes settings only valid together (a lower lr with a
+    lower min_lr, which set() one at a time refuses), leaves the others, and
+    changes nothing when one is refused."""
+    opt = llmt.Optimizer(llmt.Model(ctx, **SMALL_MODEL), lr=1e-3, min_lr=5e-4)
+    with pytest.raises(llmt.InvalidArgument, match="min_lr"):
+        opt.set("lr", 1e-4)
+    opt.set_settings(lr=1e-4, min_lr=1e-5, schedule="cosine")
+    assert (opt.get("lr"), opt.get("min_lr"), opt.config["schedule"]) == (1e-4, 1e-5, "cosine")
+    assert opt.get("beta2") == llmt.Optimizer(llmt.Model(ctx, **SMALL_MODEL)).get("beta2")
+    with pytest.raises(llmt.InvalidArgument, match="beta1 = 1"):
+        opt.set_settings(lr=2e-4, beta1=1.0)
+    assert opt.get("lr") == 1e-4
+    with pytest.raises(TypeError, match="not a setting: offload_parts"):
+        opt.set_settings(offload_parts=1)
+
+
 def test_logits_agree_with_the_loss(ctx):
     model = llmt.Model(ctx, **SMALL_MODEL)
     rng = np.random.default_rng(0)
