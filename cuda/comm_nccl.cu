@@ -23,6 +23,26 @@
  * queuing aborts the communicator (this rank's calls are then out of step
  * with the others').
  *
+ * Any failure of a collective aborts the communicator too: this rank's
+ * calls are then out of step with the other ranks', whose waits then fail
+ * in bounded time and abort theirs. So after a failure every rank ends in
+ * ncclCommAbort, and none calls ncclCommDestroy.
+ *
+ * The release is collective (include/llmt/comm.h): it runs the engine's
+ * barrier, waited for at most LLMT_NCCL_RELEASE_TIMEOUT_S, before
+ * ncclCommDestroy. ncclCommDestroy waits, without a bound, for the other
+ * ranks on the node to release theirs (NCCL's proxy thread waits for their
+ * connections to close); so it is called only once every rank has reached
+ * the release. A barrier that fails or does not finish (a rank died, or
+ * never releases) aborts the communicator instead: in NCCL's source an
+ * aborted communicator's proxy thread does not wait for the other ranks
+ * where NCCL keeps its host buffers in cuMem memory (the default from CUDA
+ * driver 12.6); older set-ups may still wait there for a rank that is
+ * alive and never releases.
+ *
+ * Messages of NCCL failures end with ncclGetLastError's text (NCCL 2.13
+ * and later; an older libnccl.so.2 lacks it and the messages do without).
+ *
  * Buffers in host memory (the library's small agreement messages:
  * llmt_comm_agree, llmt_comm_check_same) are staged through a device
  * buffer of the engine, grown as needed. */
@@ -42,6 +62,13 @@
 
 static_assert(NCCL_UNIQUE_ID_BYTES == LLMT_NCCL_ID_BYTES, "an NCCL unique id is 128 bytes");
 
+/* Seconds the release's barrier may take (see the top of the file). Shorter
+ * than LLMT_NCCL_TIMEOUT_S: when it passes, the only cost is that the
+ * communicator is aborted instead of destroyed (both free all of this
+ * rank's resources), while every second of it delays the exit of a rank
+ * whose peer died or never releases. */
+#define LLMT_NCCL_RELEASE_TIMEOUT_S 60
+
 /* The entry points of libnccl.so.2, typed by nccl.h. */
 struct nccl_lib {
     decltype(&ncclGetUniqueId) get_unique_id;
@@ -56,6 +83,7 @@ struct nccl_lib {
     decltype(&ncclRecv) recv;
     decltype(&ncclBroadcast) broadcast;
     decltype(&ncclAllReduce) all_reduce;
+    decltype(&ncclGetLastError) last_error; /* NULL: NCCL before 2.13 */
 };
 
 static nccl_lib g_nccl;
@@ -91,6 +119,22 @@ static void load_nccl(void)
     if (missing)
         snprintf(g_nccl_error, sizeof g_nccl_error, "libnccl.so.2 lacks %s (NCCL older than "
                  "2.7?)", missing);
+    g_nccl.last_error =
+        reinterpret_cast<decltype(g_nccl.last_error)>(dlsym(h, "ncclGetLastError"));
+}
+
+/* The end of a message about an NCCL failure: "; NCCL's last error: "
+ * and ncclGetLastError's text (NCCL's last warning in the process, which
+ * may be older than the failure), or "" where libnccl.so.2 lacks the call
+ * or has no text. comm may be NULL (NCCL ignores it). */
+static const char *last_error_note(ncclComm_t comm, char *note, size_t size)
+{
+    const char *text = g_nccl.last_error ? g_nccl.last_error(comm) : NULL;
+    if (text && text[0])
+        snprintf(note, size, "; NCCL's last error: %s", text);
+    else
+        note[0] = '\0';
+    return note;
 }
 
 /* LLMT_ECUDA saying why when libnccl.so.2 is unusable. */
@@ -106,6 +150,7 @@ typedef struct nccl_engine {
     cudaEvent_t ops_queued, done; /* recorded on cb->stream; on stream (join) */
     int pending;                  /* work queued on stream not yet waited for */
     ncclComm_t comm;              /* NULL once aborted */
+    int wait_s;                   /* wait_done's bound (LLMT_NCCL_RELEASE_TIMEOUT_S in release) */
     int32_t rank, size;
     int64_t *barrier_value; /* one device int64 that barrier reduces */
     char *bounce;           /* device staging of host buffers */
@@ -125,13 +170,6 @@ static int engine_fail(const nccl_engine *e, const char *coll, const char *fmt, 
     return e->cb->host->fail(LLMT_ECOMM, "NCCL %s: %s", coll, text);
 }
 
-static int nccl_call(const nccl_engine *e, const char *coll, const char *call, ncclResult_t r)
-{
-    return r == ncclSuccess ? LLMT_OK
-                            : e->cb->host->fail(LLMT_ECOMM, "NCCL %s: %s: %s", coll, call,
-                                                g_nccl.error_string(r));
-}
-
 static int cuda_call(const nccl_engine *e, const char *coll, const char *call, cudaError_t err)
 {
     return err == cudaSuccess ? LLMT_OK
@@ -147,16 +185,42 @@ static int cuda_call(const nccl_engine *e, const char *coll, const char *call, c
     } while (0)
 
 /* Aborts the communicator after a failure of coll (why), with NCCL's
- * asynchronous error in the message. */
+ * asynchronous error and last error in the message. */
 static int abort_comm(nccl_engine *e, const char *coll, const char *why)
 {
     ncclResult_t async = ncclSuccess;
     if (g_nccl.async_error(e->comm, &async) != ncclSuccess)
         async = ncclSystemError;
+    char note[600];
+    last_error_note(e->comm, note, sizeof note); /* before the abort frees comm */
     g_nccl.abort(e->comm);
     e->comm = NULL;
     return e->cb->host->fail(LLMT_ECOMM, "NCCL %s: %s; the communicator is aborted (NCCL's "
-                             "asynchronous error: %s)", coll, why, g_nccl.error_string(async));
+                             "asynchronous error: %s%s)", coll, why,
+                             g_nccl.error_string(async), note);
+}
+
+/* A call of NCCL that enqueues work: a failure aborts the communicator
+ * (this rank's calls are out of step with the others'). */
+static int nccl_call(nccl_engine *e, const char *coll, const char *call, ncclResult_t r)
+{
+    if (r == ncclSuccess)
+        return LLMT_OK;
+    char why[320];
+    snprintf(why, sizeof why, "%s: %s", call, g_nccl.error_string(r));
+    return abort_comm(e, coll, why);
+}
+
+/* A collective's status: a failure that has not aborted the communicator
+ * yet aborts it, keeping the failure's own message (see the top of the
+ * file). */
+static int settle(nccl_engine *e, int rc)
+{
+    if (rc && e->comm) {
+        g_nccl.abort(e->comm);
+        e->comm = NULL;
+    }
+    return rc;
 }
 
 static double seconds_now(void)
@@ -167,7 +231,7 @@ static double seconds_now(void)
 }
 
 /* Waits until the engine's stream has run what was enqueued, for at most
- * LLMT_NCCL_TIMEOUT_S seconds. Polls without sleeping for the first
+ * e->wait_s seconds. Polls without sleeping for the first
  * thousand checks (a collective of a few bytes), then every 50 us. */
 static int wait_done(nccl_engine *e, const char *coll)
 {
@@ -187,9 +251,9 @@ static int wait_done(nccl_engine *e, const char *coll)
         ncclResult_t r = g_nccl.async_error(e->comm, &async);
         if (r != ncclSuccess || (async != ncclSuccess && async != ncclInProgress))
             return abort_comm(e, coll, "NCCL reported an error while it ran");
-        if (seconds_now() - start > LLMT_NCCL_TIMEOUT_S) {
+        if (seconds_now() - start > e->wait_s) {
             char why[128];
-            snprintf(why, sizeof why, "did not finish within %d s", LLMT_NCCL_TIMEOUT_S);
+            snprintf(why, sizeof why, "did not finish within %d s", e->wait_s);
             return abort_comm(e, coll, why);
         }
         if (polls >= 1000) {
@@ -352,8 +416,8 @@ static int exchange(nccl_engine *e, const char *coll, const char *send, const si
             r = g_nccl.recv(recv + ro[i], rb[i], ncclUint8, i, e->comm, e->stream);
     }
     ncclResult_t end = g_nccl.group_end();
-    LLMT_NCCL_TRY(nccl_call(e, coll, "ncclSend/ncclRecv", r));
-    return nccl_call(e, coll, "ncclGroupEnd", end);
+    return nccl_call(e, coll, r != ncclSuccess ? "ncclSend/ncclRecv" : "ncclGroupEnd",
+                     r != ncclSuccess ? r : end);
 }
 
 /* What alltoallv asks of this rank's own piece: that it send itself what
@@ -376,11 +440,11 @@ static int all_to_all(nccl_engine *e, const char *coll, const char *send, const 
     return exchange(e, coll, send, sb, so, recv, rb, ro);
 }
 
-static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes,
-                          const size_t *send_offsets, void *recv, const size_t *recv_bytes,
-                          const size_t *recv_offsets)
+/* The work of the llmt_comm_ops alltoallv (nccl_alltoallv). */
+static int alltoallv_on(nccl_engine *e, const void *send, const size_t *send_bytes,
+                        const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                        const size_t *recv_offsets)
 {
-    nccl_engine *e = (nccl_engine *)user;
     const char *coll = "alltoallv";
     LLMT_NCCL_TRY(begin_sync(e, coll));
     LLMT_NCCL_TRY(check_self(e, coll, send_bytes, recv_bytes));
@@ -390,6 +454,15 @@ static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes
     LLMT_NCCL_TRY(all_to_all(e, coll, s.dsend, send_bytes, send_offsets, s.drecv, recv_bytes,
                              recv_offsets));
     return finish(e, coll, &s);
+}
+
+static int nccl_alltoallv(void *user, const void *send, const size_t *send_bytes,
+                          const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                          const size_t *recv_offsets)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    return settle(e, alltoallv_on(e, send, send_bytes, send_offsets, recv, recv_bytes,
+                                  recv_offsets));
 }
 
 /* The queuing of alltoallv_add (after begin): the exchange, then each
@@ -437,11 +510,7 @@ static int nccl_alltoallv_add(void *user, const void *send, const size_t *send_b
     if (!rc)
         rc = queue_exchange_add(e, coll, send, send_bytes, send_offsets, recv, recv_bytes,
                                 recv_offsets, sum, n, dt);
-    if (rc && e->comm) { /* the failure's own message stays */
-        g_nccl.abort(e->comm);
-        e->comm = NULL;
-    }
-    return rc;
+    return settle(e, rc);
 }
 
 /* The llmt_nccl_api's join: the backend's stream waits for what the engine
@@ -457,10 +526,10 @@ static int nccl_join(void *user)
                      cudaStreamWaitEvent(e->cb->stream, e->done, 0));
 }
 
-static int nccl_allgatherv(void *user, const void *send, void *recv, const size_t *bytes,
-                           const size_t *offsets)
+/* The work of the llmt_comm_ops allgatherv (nccl_allgatherv). */
+static int allgatherv_on(nccl_engine *e, const void *send, void *recv, const size_t *bytes,
+                         const size_t *offsets)
 {
-    nccl_engine *e = (nccl_engine *)user;
     const char *coll = "allgatherv";
     LLMT_NCCL_TRY(begin_sync(e, coll));
     const size_t mine = bytes[e->rank];
@@ -479,9 +548,16 @@ static int nccl_allgatherv(void *user, const void *send, void *recv, const size_
     return rc ? rc : finish(e, coll, &s);
 }
 
-static int nccl_broadcast(void *user, void *buf, size_t bytes, int32_t root)
+static int nccl_allgatherv(void *user, const void *send, void *recv, const size_t *bytes,
+                           const size_t *offsets)
 {
     nccl_engine *e = (nccl_engine *)user;
+    return settle(e, allgatherv_on(e, send, recv, bytes, offsets));
+}
+
+/* The work of the llmt_comm_ops broadcast (nccl_broadcast). */
+static int broadcast_on(nccl_engine *e, void *buf, size_t bytes, int32_t root)
+{
     const char *coll = "broadcast";
     LLMT_NCCL_TRY(begin_sync(e, coll));
     staging s = {NULL, buf, 0, bytes, NULL, NULL, 0};
@@ -492,6 +568,13 @@ static int nccl_broadcast(void *user, void *buf, size_t bytes, int32_t root)
     return finish(e, coll, &s);
 }
 
+static int nccl_broadcast(void *user, void *buf, size_t bytes, int32_t root)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    return settle(e, broadcast_on(e, buf, bytes, root));
+}
+
+/* An all-reduce of count device or host values, after begin_sync. */
 static int reduce(nccl_engine *e, const char *coll, int64_t *values, size_t count, int32_t op)
 {
     if (op != LLMT_COMM_SUM && op != LLMT_COMM_MAX)
@@ -508,16 +591,21 @@ static int reduce(nccl_engine *e, const char *coll, int64_t *values, size_t coun
 static int nccl_allreduce_i64(void *user, int64_t *values, size_t count, int32_t op)
 {
     nccl_engine *e = (nccl_engine *)user;
-    LLMT_NCCL_TRY(begin_sync(e, "allreduce_i64"));
-    return reduce(e, "allreduce_i64", values, count, op);
+    int rc = begin_sync(e, "allreduce_i64");
+    return settle(e, rc ? rc : reduce(e, "allreduce_i64", values, count, op));
 }
 
-/* An allreduce of one device value: returns when every rank has reached it. */
+/* An all-reduce of one device value, named coll: returns when every rank
+ * has reached it; a failure aborts the communicator. */
+static int barrier_named(nccl_engine *e, const char *coll)
+{
+    int rc = begin_sync(e, coll);
+    return settle(e, rc ? rc : reduce(e, coll, e->barrier_value, 1, LLMT_COMM_SUM));
+}
+
 static int nccl_barrier(void *user)
 {
-    nccl_engine *e = (nccl_engine *)user;
-    LLMT_NCCL_TRY(begin_sync(e, "barrier"));
-    return reduce(e, "barrier", e->barrier_value, 1, LLMT_COMM_SUM);
+    return barrier_named((nccl_engine *)user, "barrier");
 }
 
 static int nccl_unique_id(const llmt_plugin_host *host, uint8_t *id)
@@ -527,8 +615,10 @@ static int nccl_unique_id(const llmt_plugin_host *host, uint8_t *id)
         return rc;
     ncclUniqueId uid;
     ncclResult_t r = g_nccl.get_unique_id(&uid);
+    char note[600];
     if (r != ncclSuccess)
-        return host->fail(LLMT_ECUDA, "ncclGetUniqueId: %s", g_nccl.error_string(r));
+        return host->fail(LLMT_ECUDA, "ncclGetUniqueId: %s%s", g_nccl.error_string(r),
+                          last_error_note(NULL, note, sizeof note));
     memcpy(id, uid.internal, sizeof uid.internal);
     return LLMT_OK;
 }
@@ -539,11 +629,13 @@ static void nccl_destroy(void *user)
     if (!e)
         return;
     cudaSetDevice(e->cb->device);
-    /* What was queued may still read the buffers freed below: waited for
-     * within the bounded wait, which aborts on failure (and then sets the
-     * thread's last error, which a release after a failure may replace). */
-    if (e->comm && e->pending)
-        wait_done(e, "the communicator's release");
+    /* The release's barrier (see the top of the file), which first waits
+     * for what was queued (it may still read the buffers freed below); a
+     * failure aborts, its message left as the thread's last error. */
+    if (e->comm) {
+        e->wait_s = LLMT_NCCL_RELEASE_TIMEOUT_S;
+        barrier_named(e, "release");
+    }
     if (e->stream)
         cudaStreamSynchronize(e->stream);
     if (e->comm)
@@ -574,6 +666,7 @@ static int nccl_create(llmt_device *dev, const uint8_t *id, int32_t rank, int32_
     if (!e)
         return cb->host->fail(LLMT_ENOMEM, "out of host memory");
     e->cb = cb;
+    e->wait_s = LLMT_NCCL_TIMEOUT_S;
     e->rank = rank;
     e->size = size;
     err = cudaMalloc((void **)&e->barrier_value, sizeof *e->barrier_value);
@@ -594,10 +687,12 @@ static int nccl_create(llmt_device *dev, const uint8_t *id, int32_t rank, int32_
     memcpy(uid.internal, id, sizeof uid.internal);
     ncclResult_t r = g_nccl.init_rank(&e->comm, size, uid, rank);
     if (r != ncclSuccess) {
+        char note[600];
+        last_error_note(NULL, note, sizeof note);
         e->comm = NULL;
         nccl_destroy(e);
-        return cb->host->fail(LLMT_ECUDA, "ncclCommInitRank (rank %d of %d, CUDA device %d): %s",
-                              rank, size, cb->device, g_nccl.error_string(r));
+        return cb->host->fail(LLMT_ECUDA, "ncclCommInitRank (rank %d of %d, CUDA device %d): "
+                              "%s%s", rank, size, cb->device, g_nccl.error_string(r), note);
     }
     *ops = llmt_comm_ops{LLMT_COMM_OPS_VERSION, rank, size, e, nccl_alltoallv, nccl_allgatherv,
                          nccl_broadcast, nccl_allreduce_i64, nccl_barrier};

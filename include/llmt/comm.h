@@ -71,7 +71,8 @@ LLMT_API void llmt_comm_ops_init(llmt_comm_ops *ops);
  * LLMT_EVERSION. */
 LLMT_API int llmt_comm_create(llmt_comm **out, const llmt_comm_ops *ops);
 
-/* Releases a communicator; NULL accepted. Not collective. */
+/* Releases a communicator; NULL accepted. Not collective, except for an
+ * NCCL communicator (llmt_comm_create_nccl), whose release is. */
 LLMT_API void llmt_comm_free(llmt_comm *comm);
 
 /* This process's rank; -1 for NULL. */
@@ -102,9 +103,17 @@ LLMT_API int llmt_comm_agree(llmt_comm *comm, int status);
  * stream of its own that first waits for the work queued on the context's
  * stream, each waited for (at most 600 s; past that, or on an
  * asynchronous NCCL error, the communicator is aborted and every later
- * collective fails with LLMT_ECOMM). Host buffers are accepted too (staged
- * through the device), so llmt_comm_check_same and llmt_comm_agree work
- * on it. See docs/distributed.md. */
+ * collective fails with LLMT_ECOMM; so does any other failure of a
+ * collective, this rank's calls being out of step with the others' after
+ * it). Host buffers are accepted too (staged through the device), so
+ * llmt_comm_check_same and llmt_comm_agree work on it. Its release
+ * (llmt_comm_free) is collective: every rank's waits at most 60 s for the
+ * others' before NCCL's ncclCommDestroy, which waits without a bound for
+ * the other ranks on the node to release theirs; a release the others do
+ * not match in time (a rank died, or never releases) aborts the
+ * communicator instead (ncclCommAbort), and a release after a failure
+ * (the communicator already aborted) waits for no rank. See
+ * docs/distributed.md. */
 
 /* Bytes of an NCCL unique id. */
 #define LLMT_COMM_NCCL_ID_BYTES 128

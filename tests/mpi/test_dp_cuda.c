@@ -53,10 +53,14 @@
  * sharded checkpoint saved at N ranks at step 3 (synchronously: the log
  * says so) resumes in one process and at N ranks, and one process's
  * checkpoint (format 1) at N ranks, each to the uninterrupted run's bits
- * after step 5. */
+ * after step 5; the release of a communicator that the last rank releases
+ * late returns on the other ranks within the stand-in's bounded wait (its
+ * ncclCommDestroy, as NCCL's, waits for every rank's release), aborted,
+ * the message carrying the stand-in's ncclGetLastError text. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -585,8 +589,9 @@ static int refusing_add(void *user, const void *send, const size_t *send_bytes,
 /* A rank whose overlapped exchange fails mid-backward (rank 1's third
  * queued exchange is refused; its engine aborts): the step fails on every
  * rank, rank 1 naming the refusal, the others after the stand-in's bounded
- * wait (10 s here), and no rank hangs. A communicator of its own, made on
- * ctx, serves it (it ends aborted). */
+ * wait (10 s here), their communicators aborted too, and no rank hangs; so
+ * the release waits for no rank (a release barrier would wait 10 s). A
+ * communicator of its own, made on ctx, serves it. */
 static void test_overlap_failure(const char *dir, llmt_context *ctx)
 {
     setenv("LLMT_FAKE_NCCL_TIMEOUT_S", "10", 1);
@@ -612,6 +617,9 @@ static void test_overlap_failure(const char *dir, llmt_context *ctx)
     if (rank == 1)
         EXPECT(strstr(llmt_error_last(), "sends itself") != NULL, "rank 1: the refusal is not "
                "named: \"%s\"", llmt_error_last());
+    else
+        EXPECT(strstr(llmt_error_last(), "the communicator is aborted") != NULL, "rank %d: the "
+               "communicator is not aborted: \"%s\"", rank, llmt_error_last());
     EXPECT(took < 60.0, "rank %d: the failed step took %.0f s", rank, took);
     printf("rank %d's failure: %s\n", rank, llmt_error_last());
     if (rank == 1)
@@ -620,12 +628,55 @@ static void test_overlap_failure(const char *dir, llmt_context *ctx)
     run_close(&r);
     comm->alltoallv_add = engine_add;
     spoil_call = -1;
+    const double released = MPI_Wtime();
     llmt_comm_free(comm);
+    EXPECT(MPI_Wtime() - released < 5.0, "rank %d: the release of the aborted communicator took "
+           "%.1f s", rank, MPI_Wtime() - released);
     device_comm = shared;
     unsetenv("LLMT_FAKE_NCCL_TIMEOUT_S");
     if (rank == 0)
         printf("overlapped exchange refused on rank 1 (emulated CUDA, NCCL engine): every rank "
                "failed in %.0f s\n", took);
+}
+
+/* Seconds the last rank waits before it releases test_release_late's
+ * communicator, four times the stand-in's bounded wait there (0.5 s). */
+enum { RELEASE_LATE_S = 2 };
+
+/* The last rank releases a communicator RELEASE_LATE_S seconds after the
+ * others: their llmt_comm_free returns within the stand-in's bounded wait
+ * (LLMT_FAKE_NCCL_TIMEOUT_S, 0.5 s for the release), well before the last
+ * rank starts its release (a release that waited for it, as the stand-in's
+ * ncclCommDestroy does, takes RELEASE_LATE_S or more), the engine's release
+ * barrier failing and the communicator aborted, the message carrying
+ * ncclGetLastError's text (the stand-in's own words); the last rank's
+ * release then returns as soon. */
+static void test_release_late(llmt_context *ctx)
+{
+    uint8_t id[LLMT_COMM_NCCL_ID_BYTES];
+    shared_unique_id(ctx, id);
+    llmt_comm *comm = NULL;
+    must(llmt_comm_create_nccl(&comm, ctx, id, rank, size), "a communicator released late");
+    const int late = rank == size - 1;
+    if (late)
+        sleep(RELEASE_LATE_S);
+    setenv("LLMT_FAKE_NCCL_TIMEOUT_S", "0.5", 1);
+    llmt_error_clear();
+    const double start = MPI_Wtime();
+    llmt_comm_free(comm);
+    const double took = MPI_Wtime() - start;
+    EXPECT(took < RELEASE_LATE_S - 0.5, "rank %d%s: the release took %.2f s", rank,
+           late ? " (late)" : "", took);
+    if (!late)
+        EXPECT(strstr(llmt_error_last(), "NCCL release: ncclAllReduce: ") &&
+                   strstr(llmt_error_last(), "the communicator is aborted") &&
+                   strstr(llmt_error_last(), "NCCL's last error: fake NCCL over MPI: "
+                          "ncclAllReduce: rank "),
+               "rank %d: the release's message: \"%s\"", rank, llmt_error_last());
+    unsetenv("LLMT_FAKE_NCCL_TIMEOUT_S");
+    if (rank == 0)
+        printf("release with rank %d %d s late (emulated CUDA, NCCL engine): rank 0's returned in "
+               "%.2f s: %s\n", size - 1, RELEASE_LATE_S, took, llmt_error_last());
 }
 
 /* Whether a "saving synchronously" line was logged (user: an int). */
@@ -728,6 +779,7 @@ int main(int argc, char **argv)
     test_offload(dir, nccl);
     test_resume(dir, nccl);
     test_overlap_failure(dir, nccl_ctx);
+    test_release_late(nccl_ctx);
 
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -8,7 +8,10 @@
  * initialised (llmt-train --data-parallel as one process) it makes
  * communicators of one rank only. A call not done within GROUP_TIMEOUT_S
  * seconds (ranks whose calls are out of step) fails and breaks the communicator,
- * instead of hanging. One thread at a time calls it. */
+ * instead of hanging. As NCCL's, ncclCommDestroy waits for every other rank
+ * to release the communicator (destroy or abort) and ncclCommAbort does not
+ * wait; ncclGetErrorString names the result only, and ncclGetLastError
+ * gives the text of the last failure. One thread at a time calls it. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <mpi.h>
@@ -52,9 +55,7 @@ static int group_depth;
 static p2p *pending;
 static size_t n_pending, cap_pending;
 
-/* The last failure: its result and text, which ncclGetErrorString gives
- * for that result (NCCL's own strings say less). */
-static ncclResult_t last_result = ncclSuccess;
+/* The text of the last failure, which ncclGetLastError gives. */
 static char last_text[512];
 
 static const char *result_name(ncclResult_t r)
@@ -72,20 +73,17 @@ static const char *result_name(ncclResult_t r)
     return "unknown result code";
 }
 
-/* Records r with the formatted text (prefixed "fake NCCL") and returns r. */
+/* Records the formatted text (prefixed "fake NCCL over MPI: ", as NCCL's
+ * last error is its last warning) and returns r. */
 static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static ncclResult_t fail(ncclResult_t r, const char *fmt, ...)
 {
-    int n = snprintf(last_text, sizeof last_text, "%s (fake NCCL over MPI: ", result_name(r));
+    int n = snprintf(last_text, sizeof last_text, "fake NCCL over MPI: ");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_text + n, sizeof last_text - (size_t)n, fmt, ap);
     va_end(ap);
-    size_t len = strlen(last_text);
-    if (len + 1 < sizeof last_text)
-        strcpy(last_text + len, ")");
-    last_result = r;
     return r;
 }
 
@@ -113,7 +111,14 @@ static ncclResult_t type_bytes(ncclDataType_t dt, size_t *bytes)
 
 const char *ncclGetErrorString(ncclResult_t result)
 {
-    return result == last_result && last_text[0] ? last_text : result_name(result);
+    return result_name(result);
+}
+
+/* As NCCL's: the process's last failure, whatever the communicator; "" before any. */
+const char *ncclGetLastError(ncclComm_t comm)
+{
+    (void)comm;
+    return last_text;
 }
 
 /* 128 random bytes: ranks given different ids are told apart. */
@@ -194,22 +199,82 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
     return ncclSuccess;
 }
 
+/* The tag of the empty message each rank's release (destroy or abort)
+ * sends every other rank; the sends and recvs of groups use tag 0. */
+enum { RELEASE_TAG = 1 };
+
+/* Seconds ncclCommDestroy waits for the other ranks' releases. NCCL's waits
+ * without a bound; this stand-in gives up after GROUP_TIMEOUT_S, whatever
+ * LLMT_FAKE_NCCL_TIMEOUT_S says, so that a release that is not bounded
+ * fails a test (which measures it) instead of hanging it. */
+#define DESTROY_TIMEOUT_S GROUP_TIMEOUT_S
+
+/* Tells every other rank that this one released comm: an empty message,
+ * sent without waiting (MPI delivers it on its own). */
+static void announce_release(ncclComm_t comm)
+{
+    for (int i = 0; i < comm->nranks; i++) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        if (i != comm->rank &&
+            MPI_Isend(NULL, 0, MPI_BYTE, i, RELEASE_TAG, comm->mpi, &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
+    }
+}
+
+/* Waits for every other rank's release of comm, at most DESTROY_TIMEOUT_S
+ * seconds: as NCCL's proxy thread waits for the node's other ranks to
+ * close their connections. */
+static ncclResult_t await_releases(ncclComm_t comm)
+{
+    MPI_Request *req = malloc((size_t)comm->nranks * sizeof *req);
+    if (!req)
+        return fail(ncclSystemError, "ncclCommDestroy: out of host memory");
+    int n = 0, err = MPI_SUCCESS;
+    for (int i = 0; i < comm->nranks && err == MPI_SUCCESS; i++)
+        if (i != comm->rank)
+            err = MPI_Irecv(NULL, 0, MPI_BYTE, i, RELEASE_TAG, comm->mpi, &req[n++]);
+    int done = 0;
+    const double start = MPI_Wtime();
+    while (err == MPI_SUCCESS && !done && MPI_Wtime() - start < DESTROY_TIMEOUT_S)
+        err = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+    free(req); /* the requests of a failure are left to MPI, as a broken call's */
+    if (err != MPI_SUCCESS)
+        return mpi_failed("ncclCommDestroy: MPI_Irecv/MPI_Testall", err);
+    if (!done)
+        return fail(ncclRemoteError, "ncclCommDestroy: rank %d: the other ranks did not release "
+                    "the communicator within %d s", comm->rank, DESTROY_TIMEOUT_S);
+    return ncclSuccess;
+}
+
+/* Waits for the other ranks' releases, then frees comm. */
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     if (!comm)
         return fail(ncclInvalidArgument, "ncclCommDestroy: comm is NULL");
     int mpi_done = 0;
     MPI_Finalized(&mpi_done);
-    if (comm->mpi != MPI_COMM_NULL && !mpi_done)
-        MPI_Comm_free(&comm->mpi);
+    ncclResult_t r = ncclSuccess;
+    if (comm->mpi != MPI_COMM_NULL && !mpi_done) {
+        announce_release(comm);
+        r = await_releases(comm);
+        if (r == ncclSuccess)
+            MPI_Comm_free(&comm->mpi);
+    }
     free(comm);
-    return ncclSuccess;
+    return r;
 }
 
-/* Frees comm without MPI_Comm_free, whose collective nature could wait
- * for ranks that failed. */
+/* Tells the other ranks and frees comm without waiting, and without
+ * MPI_Comm_free, whose collective nature could wait for ranks that
+ * failed. */
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
+    if (!comm)
+        return ncclSuccess; /* as NCCL's */
+    int mpi_done = 0;
+    MPI_Finalized(&mpi_done);
+    if (comm->mpi != MPI_COMM_NULL && !mpi_done)
+        announce_release(comm);
     free(comm);
     return ncclSuccess;
 }
@@ -381,23 +446,41 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
     return enqueue("ncclRecv", 0, recvbuff, count, datatype, peer, comm);
 }
 
-/* Waits (bounded, as a group) for a collective started with status err;
- * one not done in time breaks the communicator (it cannot be cancelled). */
-static ncclResult_t collective_done(ncclComm_t comm, const char *call, int err, MPI_Request *req)
+/* A copy of bytes bytes of buf (malloc'ed; NULL when out of memory) that
+ * a collective runs on: see collective_done. */
+static void *work_copy(const void *buf, size_t bytes)
+{
+    void *copy = malloc(bytes ? bytes : 1);
+    if (copy && bytes)
+        memcpy(copy, buf, bytes);
+    return copy;
+}
+
+/* Waits (bounded, as a group) for a collective started with status err on
+ * work (a work_copy), then copies its bytes bytes to recvbuff and frees
+ * it. One not done in time breaks the communicator; as it cannot be
+ * cancelled, MPI may still write work, which is left to it, so that the
+ * caller may free recvbuff after ncclCommAbort, as NCCL's allows. */
+static ncclResult_t collective_done(ncclComm_t comm, const char *call, int err, MPI_Request *req,
+                                    void *work, void *recvbuff, size_t bytes)
 {
     int done = 0;
     MPI_Status st;
-    if (err == MPI_SUCCESS)
+    const int started = err == MPI_SUCCESS;
+    if (started)
         err = wait_bounded(1, req, &st, &done);
-    if (err != MPI_SUCCESS) {
+    if (err != MPI_SUCCESS || !done) {
         comm->broken = 1;
-        return mpi_failed(call, err);
-    }
-    if (!done) {
-        comm->broken = 1;
+        if (!started)
+            free(work);
+        if (err != MPI_SUCCESS)
+            return mpi_failed(call, err);
         return fail(ncclRemoteError, "%s: rank %d not done after %g s (the ranks' calls out of "
                     "step?)", call, comm->rank, timeout_s());
     }
+    if (bytes)
+        memcpy(recvbuff, work, bytes);
+    free(work);
     return ncclSuccess;
 }
 
@@ -439,9 +522,12 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
         memmove(recvbuff, sendbuff, bytes);
     if (comm->mpi == MPI_COMM_NULL)
         return ncclSuccess;
+    void *work = work_copy(recvbuff, bytes);
+    if (!work)
+        return fail(ncclSystemError, "ncclBroadcast: out of host memory");
     MPI_Request req = MPI_REQUEST_NULL;
-    int err = MPI_Ibcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mpi, &req);
-    return collective_done(comm, "ncclBroadcast", err, &req);
+    int err = MPI_Ibcast(work, (int)bytes, MPI_BYTE, root, comm->mpi, &req);
+    return collective_done(comm, "ncclBroadcast", err, &req, work, recvbuff, bytes);
 }
 
 /* int64 sums and maxima: what the engine reduces. */
@@ -463,9 +549,11 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
             memmove(recvbuff, sendbuff, bytes);
         return ncclSuccess;
     }
+    void *work = work_copy(sendbuff, bytes);
+    if (!work)
+        return fail(ncclSystemError, "ncclAllReduce: out of host memory");
     MPI_Request req = MPI_REQUEST_NULL;
-    int err = MPI_Iallreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff,
-                             (int)count, MPI_INT64_T, op == ncclSum ? MPI_SUM : MPI_MAX,
-                             comm->mpi, &req);
-    return collective_done(comm, "ncclAllReduce", err, &req);
+    int err = MPI_Iallreduce(MPI_IN_PLACE, work, (int)count, MPI_INT64_T,
+                             op == ncclSum ? MPI_SUM : MPI_MAX, comm->mpi, &req);
+    return collective_done(comm, "ncclAllReduce", err, &req, work, recvbuff, bytes);
 }
