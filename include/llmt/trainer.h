@@ -227,8 +227,8 @@ LLMT_API llmt_model *llmt_trainer_model(const llmt_trainer *tr);
 LLMT_API llmt_context *llmt_trainer_context(const llmt_trainer *tr);
 
 /* The trainer's optimizer (borrowed), e.g. to set the configured settings
- * with llmt_optimizer_set after a resume made them the checkpoint's. NULL
- * for NULL. */
+ * with llmt_optimizer_set_settings after a resume made them the
+ * checkpoint's. NULL for NULL. */
 LLMT_API llmt_optimizer *llmt_trainer_optimizer(const llmt_trainer *tr);
 
 #ifdef __cplusplus

@@ -11,7 +11,8 @@
 #   same settings again replace nothing; an lr below the checkpoint's
 #   min_lr is taken (llmt_optimizer_set_settings sets them together).
 # - A failed start removes the default fast tier it created under /dev/shm
-#   (then holding only the store's llmt.lock) and leaves one that existed.
+#   (then holding only the store's llmt.lock) and leaves one that existed,
+#   and one the configuration names.
 # Usage: test_llmt_train_restart.sh LLMT_TRAIN
 set -eu
 train=$1
@@ -116,4 +117,10 @@ if "$train" --config "$tmp/tiny.yaml" --out "$tmp/e" --resume > "$tmp/e2.log" 2>
     fail "--resume without a checkpoint succeeded (existing fast tier)"
 fi
 [ -d "$fast" ] || fail "a failed start removed $fast, which existed before it"
+# A fast tier the configuration names is never removed, even one this run made.
+if "$train" --config "$tmp/tiny.yaml" --out "$tmp/e" --resume checkpoint.fast_dir="$tmp/named" \
+    > "$tmp/e3.log" 2>&1; then
+    fail "--resume without a checkpoint succeeded (named fast tier)"
+fi
+[ -d "$tmp/named" ] || fail "a failed start removed the named fast tier $tmp/named"
 echo "ok: --optimizer-settings checkpoint (default) and config on a resume (lr per step, losses, checkpoint settings, log lines); a failed start removes the fast tier it made, keeps one that existed"
