@@ -33,12 +33,21 @@
  * ncclCommDestroy. ncclCommDestroy waits, without a bound, for the other
  * ranks on the node to release theirs (NCCL's proxy thread waits for their
  * connections to close); so it is called only once every rank has reached
- * the release. A barrier that fails or does not finish (a rank died, or
- * never releases) aborts the communicator instead: in NCCL's source an
- * aborted communicator's proxy thread does not wait for the other ranks
- * where NCCL keeps its host buffers in cuMem memory (the default from CUDA
- * driver 12.6); older set-ups may still wait there for a rank that is
- * alive and never releases.
+ * the release. A barrier that fails, does not finish (a rank died, or
+ * never releases) or sums to another value than every rank's release
+ * (a peer's unrelated collective paired with it) aborts the communicator
+ * instead. How far that bounds the release depends on NCCL (its source):
+ * a dead peer's connections close, so no version waits for it; a peer that
+ * is alive and never releases is not waited for by an abort in NCCL 2.12
+ * to 2.15, 2.19.1 to 2.19.3, and from 2.23 where NCCL keeps its host
+ * buffers in cuMem memory (its default from CUDA driver 12.6, unless
+ * NCCL_CUMEM_ENABLE or NCCL_CUMEM_HOST_ENABLE is 0), but is in 2.18 to
+ * 2.22 otherwise. (A non-blocking communicator, whose destroy and abort
+ * return at once, would bound it everywhere; not built: no GPU has run
+ * this engine yet.) The barrier's own connections are set up when the
+ * communicator is made (its first barrier, in nccl_create): NCCL sets up
+ * an algorithm's connections inside the first call that needs them,
+ * waiting for the peers there, before any bounded wait could start.
  *
  * Messages of NCCL failures end with ncclGetLastError's text (NCCL 2.13
  * and later; an older libnccl.so.2 lacks it and the messages do without).
@@ -152,7 +161,6 @@ typedef struct nccl_engine {
     ncclComm_t comm;              /* NULL once aborted */
     int wait_s;                   /* wait_done's bound (LLMT_NCCL_RELEASE_TIMEOUT_S in release) */
     int32_t rank, size;
-    int64_t *barrier_value; /* one device int64 that barrier reduces */
     char *bounce;           /* device staging of host buffers */
     size_t bounce_bytes;
 } nccl_engine;
@@ -595,12 +603,26 @@ static int nccl_allreduce_i64(void *user, int64_t *values, size_t count, int32_t
     return settle(e, rc ? rc : reduce(e, "allreduce_i64", values, count, op));
 }
 
-/* An all-reduce of one device value, named coll: returns when every rank
- * has reached it; a failure aborts the communicator. */
+/* What each rank adds in a barrier: a sum other than size times it means
+ * a peer's other collective was paired with this barrier ("llmt"). */
+#define LLMT_NCCL_BARRIER_TAG INT64_C(0x6c6c6d74)
+
+/* An all-reduce of one value, named coll: returns when every rank has
+ * reached it, and checks that the sum is every rank's barrier tag (NCCL's
+ * collectives carry no tag of their own); a failure aborts the
+ * communicator. */
 static int barrier_named(nccl_engine *e, const char *coll)
 {
+    int64_t sum = LLMT_NCCL_BARRIER_TAG;
     int rc = begin_sync(e, coll);
-    return settle(e, rc ? rc : reduce(e, coll, e->barrier_value, 1, LLMT_COMM_SUM));
+    if (!rc)
+        rc = reduce(e, coll, &sum, 1, LLMT_COMM_SUM);
+    if (!rc && sum != LLMT_NCCL_BARRIER_TAG * e->size)
+        rc = engine_fail(e, coll, "the barrier's sum is %lld, not %d ranks' %lld: a rank's other "
+                         "collective met it (the ranks' calls are out of step); the "
+                         "communicator is aborted", (long long)sum, (int)e->size,
+                         (long long)(LLMT_NCCL_BARRIER_TAG * e->size));
+    return settle(e, rc);
 }
 
 static int nccl_barrier(void *user)
@@ -646,7 +668,6 @@ static void nccl_destroy(void *user)
         cudaEventDestroy(e->ops_queued);
     if (e->done)
         cudaEventDestroy(e->done);
-    cudaFree(e->barrier_value);
     cudaFree(e->bounce);
     free(e);
 }
@@ -669,18 +690,14 @@ static int nccl_create(llmt_device *dev, const uint8_t *id, int32_t rank, int32_
     e->wait_s = LLMT_NCCL_TIMEOUT_S;
     e->rank = rank;
     e->size = size;
-    err = cudaMalloc((void **)&e->barrier_value, sizeof *e->barrier_value);
-    if (err == cudaSuccess)
-        err = cudaMemset(e->barrier_value, 0, sizeof *e->barrier_value);
-    if (err == cudaSuccess)
-        err = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
+    err = cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking);
     if (err == cudaSuccess)
         err = cudaEventCreateWithFlags(&e->ops_queued, cudaEventDisableTiming);
     if (err == cudaSuccess)
         err = cudaEventCreateWithFlags(&e->done, cudaEventDisableTiming);
     if (err != cudaSuccess) {
         nccl_destroy(e);
-        return cb->host->fail(LLMT_ECUDA, "the engine's buffer, stream or events: %s",
+        return cb->host->fail(LLMT_ECUDA, "the engine's stream or events: %s",
                               cudaGetErrorString(err));
     }
     ncclUniqueId uid;
@@ -693,6 +710,13 @@ static int nccl_create(llmt_device *dev, const uint8_t *id, int32_t rank, int32_
         nccl_destroy(e);
         return cb->host->fail(LLMT_ECUDA, "ncclCommInitRank (rank %d of %d, CUDA device %d): "
                               "%s%s", rank, size, cb->device, g_nccl.error_string(r), note);
+    }
+    /* The release's barrier set up now, with every rank here (see the top
+     * of the file). */
+    rc = barrier_named(e, "the first barrier");
+    if (rc) { /* aborted: the release below waits for no rank and keeps the message */
+        nccl_destroy(e);
+        return rc;
     }
     *ops = llmt_comm_ops{LLMT_COMM_OPS_VERSION, rank, size, e, nccl_alltoallv, nccl_allgatherv,
                          nccl_broadcast, nccl_allreduce_i64, nccl_barrier};

@@ -111,8 +111,9 @@ LLMT_API int llmt_comm_agree(llmt_comm *comm, int status);
  * others' before NCCL's ncclCommDestroy, which waits without a bound for
  * the other ranks on the node to release theirs; a release the others do
  * not match in time (a rank died, or never releases) aborts the
- * communicator instead (ncclCommAbort), and a release after a failure
- * (the communicator already aborted) waits for no rank. See
+ * communicator instead (ncclCommAbort, which itself may wait for a live
+ * peer in some NCCL versions: docs/distributed.md), and a release after a
+ * failure (the communicator already aborted) waits for no rank. See
  * docs/distributed.md. */
 
 /* Bytes of an NCCL unique id. */

@@ -56,7 +56,9 @@
  * after step 5; the release of a communicator that the last rank releases
  * late returns on the other ranks within the stand-in's bounded wait (its
  * ncclCommDestroy, as NCCL's, waits for every rank's release), aborted,
- * the message carrying the stand-in's ncclGetLastError text. */
+ * the message carrying the stand-in's ncclGetLastError text; a release 1 s
+ * late is graceful on every rank, and one met by a peer's all-reduce is
+ * refused by the barrier's sum. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -680,6 +682,52 @@ static void test_release_late(llmt_context *ctx)
                "%.2f s: %s\n", size - 1, RELEASE_LATE_S, took, llmt_error_last());
 }
 
+/* Two releases checked by the engine's barrier. A release the last rank
+ * joins 1 s late, within the stand-in's wait (10 s), is NCCL's graceful
+ * one on every rank: no error. A release the last rank meets with a
+ * one-value SUM all-reduce of its own (not a release) sums to the wrong
+ * value: the others' release fails naming the barrier's sum, aborted; the
+ * last rank's own release then waits for no peer past the stand-in's
+ * bound (0.5 s). */
+static void test_release_checked(llmt_context *ctx)
+{
+    const int last = rank == size - 1;
+    uint8_t id[LLMT_COMM_NCCL_ID_BYTES];
+    setenv("LLMT_FAKE_NCCL_TIMEOUT_S", "10", 1);
+    shared_unique_id(ctx, id);
+    llmt_comm *comm = NULL;
+    must(llmt_comm_create_nccl(&comm, ctx, id, rank, size), "a communicator released 1 s late");
+    if (last)
+        sleep(1);
+    llmt_error_clear();
+    llmt_comm_free(comm);
+    EXPECT(llmt_error_last()[0] == '\0', "rank %d: a release 1 s late failed: \"%s\"", rank,
+           llmt_error_last());
+
+    shared_unique_id(ctx, id);
+    must(llmt_comm_create_nccl(&comm, ctx, id, rank, size), "a communicator met out of step");
+    llmt_error_clear();
+    if (last) {
+        int64_t one = 1;
+        EXPECT(comm->ops.allreduce_i64(comm->ops.user, &one, 1, LLMT_COMM_SUM) == LLMT_OK,
+               "rank %d: the all-reduce met by the others' release failed: %s", rank,
+               llmt_error_last());
+        setenv("LLMT_FAKE_NCCL_TIMEOUT_S", "0.5", 1);
+    }
+    const double start = MPI_Wtime();
+    llmt_comm_free(comm);
+    EXPECT(MPI_Wtime() - start < 5.0, "rank %d: the release met out of step took %.1f s", rank,
+           MPI_Wtime() - start);
+    if (!last)
+        EXPECT(strstr(llmt_error_last(), "NCCL release: the barrier's sum is ") &&
+                   strstr(llmt_error_last(), "the communicator is aborted"),
+               "rank %d: the release met out of step: \"%s\"", rank, llmt_error_last());
+    unsetenv("LLMT_FAKE_NCCL_TIMEOUT_S");
+    if (rank == 0)
+        printf("release met by another collective (emulated CUDA, NCCL engine): %s\n",
+               llmt_error_last());
+}
+
 /* Whether a "saving synchronously" line was logged (user: an int). */
 static void note_sync(void *user, const char *line)
 {
@@ -781,6 +829,7 @@ int main(int argc, char **argv)
     test_resume(dir, nccl);
     test_overlap_failure(dir, nccl_ctx);
     test_release_late(nccl_ctx);
+    test_release_checked(nccl_ctx);
 
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
