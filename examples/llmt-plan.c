@@ -5,7 +5,7 @@
  *   llmt-plan --config run.yaml [--budget 24GiB] [--precision bf16_mixed]
  *   llmt-plan --preset llama-13b --world 8 [--rank 3]
  *   llmt-plan --preset llama-7b --backend cuda --offload optimizer+grads [--offload-layers 16]
- *   llmt-plan --preset llama-13b --offload optimizer --budget 24GiB --host-budget 96GiB
+ *   llmt-plan --preset llama-7b --offload optimizer+grads --budget 24GiB --host-budget 96GiB
  *   llmt-plan --help | --version
  *
  * The plan is for a backend (--backend cpu by default), whose ops keep
@@ -458,7 +458,7 @@ int main(int argc, char **argv)
     if (offload_layers_text &&
         parse_offload_layers(offload_layers_text, pc.model.num_layers, &pc.offload_layers))
         return 2;
-    if (host_budget_text && pc.offload_parts == LLMT_OFFLOAD_NONE)
+    if (host_budget_text && host_budget && pc.offload_parts == LLMT_OFFLOAD_NONE)
         return bad_value("--host-budget", host_budget_text,
                          "needs --offload optimizer or optimizer+grads (or the config's "
                          "optimizer.offload): nothing else is planned in host memory");

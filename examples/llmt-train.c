@@ -235,12 +235,6 @@ static int on_step(void *user, const llmt_step_report *r)
     return agree_stop() != 0;
 }
 
-static void on_log(void *user, const char *line)
-{
-    (void)user;
-    printf("  %s\n", line);
-}
-
 /* The command line, parsed. */
 typedef struct options {
     const char *config, *out;
@@ -250,6 +244,29 @@ typedef struct options {
     int configured_settings; /* --optimizer-settings config: 1; checkpoint (default): 0 */
     int64_t fail_wait; /* --fail-wait: seconds; LAUNCH_FAIL_WAIT_S by default */
 } options;
+
+/* Whether cfg has a host budget and leaves the optimizer's offload to the
+ * adaptive controller (the trainer's rule, docs/trainer.md: an optimizer
+ * without offload, or offloading state and gradients of no layer), which
+ * does not plan against the host budget. */
+static int controller_offloads_under_host_budget(const llmt_train_config *cfg)
+{
+    int32_t parts = cfg->optimizer.offload_parts;
+    return cfg->memory_host_budget && cfg->adaptive &&
+           (parts == LLMT_OFFLOAD_NONE ||
+            ((parts & LLMT_OFFLOAD_GRADS) && cfg->optimizer.offload_layers == 0));
+}
+
+/* Prints the trainer's log lines; user: the options. Where the resume
+ * says the checkpoint's optimizer settings replaced the configured ones,
+ * and the configured ones were not asked for, says how to ask. */
+static void on_log(void *user, const char *line)
+{
+    const options *o = user;
+    printf("  %s\n", line);
+    if (!o->configured_settings && strstr(line, "optimizer settings replace the configured"))
+        printf("  (--optimizer-settings config takes the configured ones)\n");
+}
 
 /* Parses argv into o and the configuration: file (or the default), then the
  * KEY=VALUE overrides in order, then --steps. Returns GO_ON, or the exit
@@ -496,7 +513,7 @@ static int run_in_dir(const options *o, const llmt_train_config *cfg, int device
         llmt_context_free(ctx);
         return rc;
     }
-    llmt_trainer_set_log(tr, on_log, NULL);
+    llmt_trainer_set_log(tr, on_log, (void *)o);
     int64_t from = -1;
     double final_loss = NAN;
     rc = resume_as_asked(tr, o, cfg, &from);
@@ -519,6 +536,10 @@ static int run_in_dir(const options *o, const llmt_train_config *cfg, int device
         if (cfg->fast_checkpoint_every)
             printf("fast tier: %s, every %lld steps\n", cfg->fast_checkpoint_dir,
                    (long long)cfg->fast_checkpoint_every);
+        if (controller_offloads_under_host_budget(cfg))
+            printf("note: the adaptive controller's offload is not planned against "
+                   "memory.host_budget: a step needing more than the host holds fails (plan the "
+                   "placement with llmt-plan --host-budget; docs/memory.md)\n");
         fflush(stdout);
         rc = train(tr, cfg, &final_loss);
         *trained = !rc;

@@ -195,8 +195,8 @@ LLMT_API int llmt_trainer_run(llmt_trainer *tr, int64_t steps);
 /* Loads the newest valid checkpoint of the store into the parts and the
  * trainer's own state (step, tokens, controller). The optimizer's settings
  * become the checkpoint's, as llmt_ckpt_load makes them; each one that
- * differs from the configured value is logged (llmt_optimizer_set after
- * the resume changes them). *step receives the step
+ * differs from the configured value is logged (llmt_optimizer_set_settings
+ * after the resume changes them). *step receives the step
  * resumed from, or -1 when the store holds no checkpoint (a fresh start,
  * LLMT_OK). When it holds checkpoints none of which verifies: LLMT_ECORRUPT,
  * the message naming each one and why it was refused, and nothing is

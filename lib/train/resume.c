@@ -109,8 +109,8 @@ static void log_replaced_settings(llmt_trainer *tr, const llmt_optimizer_config 
     }
     if (used)
         llmt_trainer_log(tr, "resume", "the checkpoint's optimizer settings replace the "
-                         "configured ones: %s (llmt_optimizer_set after the resume changes "
-                         "them)", list);
+                         "configured ones: %s (llmt_optimizer_set_settings after the resume "
+                         "changes them)", list);
 }
 
 int llmt_trainer_resume_latest(llmt_trainer *tr, int64_t *step)

@@ -276,6 +276,8 @@ usage_error "--host-budget 1GiB" "needs --budget" -- --preset small --offload op
     --host-budget 1GiB
 usage_error "--host-budget 1GiB" "needs --offload" -- --preset small --budget 1GiB \
     --host-budget 1GiB
+run --preset small --budget 1GiB --host-budget 0 # none: nothing to offload, nothing refused
+[ "$status" = 0 ] || fail "--host-budget 0 without offload: exit $status: $(cat "$tmp/err")"
 usage_error "--host-budget lots" -- --preset small --budget 1GiB --offload optimizer \
     --host-budget lots
 # --host-budget 0 is none, over a config's; a config's host budget with

@@ -2,14 +2,17 @@
 # llmt-train run again on its directory, on a tiny model (also under the
 # sanitizers):
 # - --optimizer-settings: a resume keeps the checkpoint's optimizer settings
-#   by default (the log names each one replaced) and takes the
-#   configuration's with `config`. The lr each step used (metrics.jsonl) is
+#   by default (the log names each one replaced, and how to take the
+#   configuration's) and takes the configuration's with `config`. The lr each step used (metrics.jsonl) is
 #   checked against the linear schedule computed here, which shows the
 #   step count kept; the first resumed step's loss is the same either way
 #   (weights, moments, data position untouched), the next one's is not; the
 #   final checkpoint's MANIFEST holds the settings the run ended with; the
 #   same settings again replace nothing; an lr below the checkpoint's
 #   min_lr is taken (llmt_optimizer_set_settings sets them together).
+# - A host budget with the offload left to the adaptive controller gets a
+#   note at the start (the controller does not plan against it); with the
+#   offload configured, none.
 # - A failed start removes the default fast tier it created under /dev/shm
 #   (then holding only the store's llmt.lock) and leaves one that existed,
 #   and one the configuration names.
@@ -69,6 +72,9 @@ for run in a b; do
 done
 grep -qxF "  the configured optimizer settings are used (--optimizer-settings config)" \
     "$tmp/a.log" || fail "config: no settings line: $(cat "$tmp/a.log")"
+hint="  (--optimizer-settings config takes the configured ones)"
+grep -qxF "$hint" "$tmp/b.log" || fail "default: no hint of the flag: $(cat "$tmp/b.log")"
+! grep -qF "$hint" "$tmp/a.log" || fail "config: the hint of the flag given: $(cat "$tmp/a.log")"
 ! grep -q "configured optimizer settings are used" "$tmp/b.log" || fail "default applied the configuration's"
 # config: 0.001 + 0.001 (1 - s/8) at s = 2, 3 (the step count kept, not
 # restarted at 0); the checkpoint's: 0.001 (1 - s/4).
@@ -95,6 +101,16 @@ lr_is "$tmp/a" 5 0.0015
     schedule.total_steps=8 schedule.min_lr=0.0001 --optimizer-settings config \
     > "$tmp/a6.log" 2>&1 || fail "lr below the checkpoint's min_lr: $(cat "$tmp/a6.log")"
 lr_is "$tmp/a" 6 0.00025
+
+# ---- A host budget the adaptive controller's offload is not planned against:
+# a note says so; a placement given by the configuration is planned.
+"$train" --config "$tmp/tiny.yaml" --out "$tmp/h" --steps 1 memory.host_budget=1GiB \
+    > "$tmp/h.log" 2>&1 || fail "host budget: $(cat "$tmp/h.log")"
+grep -q "^note: the adaptive controller's offload is not planned against memory.host_budget" \
+    "$tmp/h.log" || fail "host budget: no note: $(cat "$tmp/h.log")"
+"$train" --config "$tmp/tiny.yaml" --out "$tmp/h2" --steps 1 memory.host_budget=1GiB \
+    optimizer.offload=optimizer > "$tmp/h2.log" 2>&1 || fail "host budget, placed: $(cat "$tmp/h2.log")"
+! grep -q "^note: " "$tmp/h2.log" || fail "placed offload: a note: $(cat "$tmp/h2.log")"
 
 # ---- A failed start: --resume without a checkpoint fails after the store
 # made the fast tier. Its name (from --out's real path) comes from a run that

@@ -19,6 +19,7 @@ from .config import TrainConfig
 from .context import Context, category_dict
 from .errors import ConfigWarning, StateError
 from .model import Model
+from .optim import Optimizer
 
 _INT64_MAX = 2**63 - 1
 
@@ -159,7 +160,7 @@ class Trainer(Handle):
         lib.llmt_trainer_create(ctypes.byref(out), ctypes.byref(parts), ctypes.byref(cfg))
         self._attach(out, lib.llmt_trainer_free, [p for p in given.values() if p is not None])
         self._setup(model.context, cfg.total_steps, None)
-        self._model = model
+        self._model, self._optimizer = model, optimizer
 
     @classmethod
     def from_config(cls, context, config, comm=None):
@@ -202,7 +203,7 @@ class Trainer(Handle):
         self = cls.__new__(cls)
         self._attach(out, lib.llmt_trainer_free, (context,) if comm is None else (context, comm))
         self._setup(context, c.steps, owned)
-        self._model = None
+        self._model = self._optimizer = None
         return self
 
     @classmethod
@@ -213,7 +214,7 @@ class Trainer(Handle):
     def _setup(self, context, total_steps, owned_context):
         self._context = context
         self._owned_context = owned_context
-        self._borrowed_model = None
+        self._borrowed_model = self._borrowed_optimizer = None
         self._hooks = _Hooks()
         self.total_steps = total_steps
 
@@ -241,6 +242,20 @@ class Trainer(Handle):
             model = Model._borrow(lib.llmt_trainer_model(self._ptr), self, self._context)
             self._borrowed_model = weakref.ref(model)
         return model
+
+    @property
+    def optimizer(self):
+        """The trainer's Optimizer (for a trainer from a configuration, one
+        borrowed from it, closed with the trainer): e.g. to take the
+        configured settings after resume_latest() made them the
+        checkpoint's (Optimizer.set_settings)."""
+        if self._optimizer is not None:
+            return self._optimizer
+        opt = self._borrowed_optimizer and self._borrowed_optimizer()
+        if opt is None or opt.closed:
+            opt = Optimizer._borrow(lib.llmt_trainer_optimizer(self._ptr), self, self.model)
+            self._borrowed_optimizer = weakref.ref(opt)
+        return opt
 
     @property
     def step_index(self):

@@ -89,6 +89,26 @@ def test_memory_host_budget_is_the_contexts(shards):
                     llmt.Trainer.from_config(ctx, cfg)
 
 
+def test_the_configured_settings_after_a_resume(shards, tmp_path):
+    """A resume makes the optimizer's settings the checkpoint's; the
+    trainer's optimizer (borrowed from a trainer made from a configuration)
+    takes the configured ones again with set_settings, as llmt-train's
+    --optimizer-settings config does, and the next step uses them."""
+    ckpt = {"checkpoint": {"dir": str(tmp_path / "ckpt"), "every": 2}}
+    with llmt.Trainer.from_config(None, small_config(shards, dict(ckpt, **{"train.steps": 2}))) \
+            as first:
+        first.run()
+    changed = small_config(shards, dict(ckpt, optimizer={"lr": 1e-3}))
+    with llmt.Trainer.from_config(None, changed) as tr:
+        assert tr.resume_latest() == 2
+        opt = tr.optimizer
+        assert opt is tr.optimizer and opt.get("lr") == 3e-3  # the checkpoint's
+        opt.set_settings(lr=1e-3)
+        assert tr.run(steps=1)[0].lr == 1e-3
+        assert opt.model.num_params == tr.model.num_params
+    assert opt.closed  # borrowed: closed with the trainer
+
+
 def test_resume_continues_the_same_run(shards, tmp_path):
     straight = llmt.Trainer.from_config(None, small_config(shards))
     expected = [r.loss for r in straight.run()]
