@@ -276,6 +276,8 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
                      pc.world_size ? " per rank" : "");
     if (pc.host_budget && n > 0 && (size_t)n < sizeof label)
         snprintf(label + n, sizeof label - (size_t)n, ", host %.2f GiB", gib(pc.host_budget));
+    /* Whose host bytes plan_most_host gives. */
+    const char *whose = pc.world_size && pc.rank < 0 ? " on the rank holding the most" : "";
     pc.recompute = LLMT_RECOMPUTE_NONE;
     for (int prec = first; prec <= last; prec++) {
         pc.model.precision = prec;
@@ -294,8 +296,7 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
                 if (plan_most_host(backend, threads, chosen, &p))
                     return 1;
                 print_offload(pc.offload_parts, k);
-                printf(" (host %.2f GiB%s)", gib(p.host_peak),
-                       pc.world_size && pc.rank < 0 ? " on the rank holding the most" : "");
+                printf(" (host %.2f GiB%s)", gib(p.host_peak), whose);
             }
             printf(" fits\n");
             return 0;
@@ -322,8 +323,7 @@ static int print_fit(int32_t backend, int32_t threads, llmt_plan_config pc, uint
                    : " and all of the optimizer offloaded",
                gib(p.peak));
         if (pc.host_budget)
-            printf(" and %.2f GiB of host memory%s", gib(p.host_peak),
-                   pc.world_size && pc.rank < 0 ? " on the rank holding the most" : "");
+            printf(" and %.2f GiB of host memory%s", gib(p.host_peak), whose);
         printf("\n");
     }
     printf("%s: nothing fits\n", label);

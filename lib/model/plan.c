@@ -220,31 +220,31 @@ static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params,
     return best;
 }
 
-/* The most host bytes any rank of c (world_size > 0) holds: the fit's host
- * check when c plans rank -1, whose plan is the rank with the most device
- * bytes, which holds the least offloaded state. (No gradient is offloaded
- * with a communicator: a rank's host bytes are its state's.) */
-static int largest_rank_host(const llmt_backend_ops *ops, const llmt_plan_config *c,
-                             uint64_t *out)
+/* The most host bytes any of the world_size ranks holds, for params
+ * parameters of elem bytes with the state of [0, prefix) offloaded. (No
+ * gradient is offloaded with a communicator: a rank's host bytes are its
+ * state's.) */
+static uint64_t most_rank_host(int precision, size_t elem, int64_t params, int64_t prefix,
+                               int host_memory, int32_t world_size)
 {
-    param_counts n;
-    LLMT_TRY(count_params(c, ops->host_memory, &n));
-    size_t e = llmt_dtype_size(llmt_precision_dtype(c->model.precision));
-    *out = 0;
-    for (int32_t r = 0; r < c->world_size; r++) {
+    uint64_t most = 0;
+    for (int32_t r = 0; r < world_size; r++) {
         shard_bytes s;
-        rank_shard_bytes(c->model.precision, e, n.params, n.prefix, ops->host_memory,
-                         c->world_size, r, &s);
-        *out = s.host > *out ? s.host : *out;
+        rank_shard_bytes(precision, elem, params, prefix, host_memory, world_size, r, &s);
+        most = s.host > most ? s.host : most;
     }
-    return LLMT_OK;
+    return most;
 }
 
 /* The plan of a checked configuration, for a backend's op table (only its
  * size functions are called) and a host thread count; out is a whole
- * current-version plan. */
+ * current-version plan. With most_host (not NULL), *most_host receives the
+ * host bytes the fit holds to c->host_budget: out->host_peak, or with a
+ * host budget, world_size and rank -1 the most of any rank's (out plans the
+ * rank with the most device bytes, which holds the least offloaded
+ * state). */
 static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_config *c,
-                llmt_plan *out)
+                llmt_plan *out, uint64_t *most_host)
 {
     if ((c->offload_parts & LLMT_OFFLOAD_GRADS) && !ops->grad_stats_blocks)
         return llmt_fail(LLMT_EUNSUPPORTED, "llmt_plan_compute: cfg->offload_parts = %d: gradient "
@@ -302,6 +302,11 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
         out->peak += i == LLMT_MEM_HOST_STATE ? 0 : out->bytes[i];
     out->host_peak = host_state;
     out->num_params = params;
+    if (most_host)
+        *most_host = c->host_budget && c->world_size > 0 && c->rank < 0
+                         ? most_rank_host(c->model.precision, e, params, split,
+                                          ops->host_memory, c->world_size)
+                         : host_state;
     return LLMT_OK;
 }
 
@@ -346,7 +351,7 @@ static int plan_out(const llmt_backend_ops *ops, int num_threads, const llmt_pla
                     llmt_plan *out)
 {
     llmt_plan p = LLMT_PLAN_INIT;
-    int rc = plan(ops, num_threads, c, &p);
+    int rc = plan(ops, num_threads, c, &p, NULL);
     if (!rc) {
         p.version = out->version;
         memcpy(out, &p, out->version == 1   ? PLAN_V1_BYTES
@@ -427,7 +432,7 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
                          "micro-batches, and ordered accumulation with gradient offload is not "
                          "built", fn, cfg->offload_parts, c.batch_size);
     llmt_plan p = LLMT_PLAN_INIT;
-    uint64_t host = 0; /* p's host bytes; with rank -1, the most of any rank's */
+    uint64_t host = 0; /* p's host bytes as the fit compares them (plan's most_host) */
     int rc;
     for (int32_t b = cfg->micro_batch;; b = (b + 1) / 2) {
         c.micro_batch = b;
@@ -436,11 +441,7 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
                 set_rung(&c, i, cfg->offload_parts);
             else
                 c.recompute = ladder[i];
-            if ((rc = plan(ops, num_threads, &c, &p)))
-                return rc;
-            host = p.host_peak;
-            if (c.host_budget && c.world_size > 0 && c.rank < 0 &&
-                (rc = largest_rank_host(ops, &c, &host)))
+            if ((rc = plan(ops, num_threads, &c, &p, &host)))
                 return rc;
             if (p.peak <= budget && (!c.host_budget || host <= c.host_budget)) {
                 *micro_batch = b;

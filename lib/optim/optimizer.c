@@ -57,7 +57,7 @@ static int check_setting(const char *fn, int param, double v)
     return LLMT_OK;
 }
 
-static double get_setting(const llmt_optimizer_config *c, int param)
+double llmt_optimizer_setting(const llmt_optimizer_config *c, int param)
 {
     switch (param) {
     case LLMT_OPT_LR: return c->lr;
@@ -77,11 +77,6 @@ static double get_setting(const llmt_optimizer_config *c, int param)
 const char *llmt_optimizer_setting_name(int param)
 {
     return settings[param].name;
-}
-
-double llmt_optimizer_setting(const llmt_optimizer_config *c, int param)
-{
-    return get_setting(c, param);
 }
 
 static void put_setting(llmt_optimizer_config *c, int param, double v)
@@ -110,7 +105,7 @@ int llmt_optimizer_config_check(const llmt_optimizer_config *c, const char *fn)
     if (c->version >= 2)
         LLMT_TRY(llmt_offload_check_parts(fn, "offload_parts", c->offload_parts));
     for (int p = 0; p < SETTING_COUNT; p++) {
-        int rc = check_setting(fn, p, get_setting(c, p));
+        int rc = check_setting(fn, p, llmt_optimizer_setting(c, p));
         if (rc)
             return rc;
     }
@@ -240,7 +235,7 @@ int llmt_optimizer_set_settings(llmt_optimizer *o, const llmt_optimizer_config *
     /* Every setting lies before the fields version 2 appended. */
     llmt_optimizer_config next = o->cfg;
     for (int p = 0; p < SETTING_COUNT; p++) {
-        double v = get_setting(cfg, p);
+        double v = llmt_optimizer_setting(cfg, p);
         LLMT_TRY(check_setting(fn, p, v));
         put_setting(&next, p, v);
     }
@@ -258,7 +253,7 @@ int llmt_optimizer_get(const llmt_optimizer *o, int param, double *value)
     if (param < 0 || param >= SETTING_COUNT)
         return llmt_fail(LLMT_EINVAL, "llmt_optimizer_get: param = %d is not an llmt_opt_param",
                          param);
-    *value = get_setting(&o->cfg, param);
+    *value = llmt_optimizer_setting(&o->cfg, param);
     return LLMT_OK;
 }
 

@@ -142,15 +142,15 @@ int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llm
     return status;
 }
 
-/* Fails with rc and the message `why` of a move from the placement (parts,
- * layers), after trying to go back to it: should that fail too, the
- * message says so, and that the state stays where the failed move left it
- * (offloaded whole) for the next decision to place (sync_placement). */
-static int fail_after_going_back(llmt_controller *c, int rc, const char *why, int32_t parts,
-                                 int32_t layers)
+/* Fails with rc and the message of the move from the placement (parts,
+ * layers) that just failed (llmt_error_last), after trying to go back to
+ * it: should that fail too, the message says so, and that the state stays
+ * where the failed move left it (offloaded whole) for the next decision to
+ * place (sync_placement). */
+static int fail_after_going_back(llmt_controller *c, int rc, int32_t parts, int32_t layers)
 {
     char first[512];
-    snprintf(first, sizeof first, "%s", why);
+    snprintf(first, sizeof first, "%s", llmt_error_last());
     if (llmt_optimizer_set_offload(c->opt, parts, layers) == LLMT_OK)
         return llmt_fail(rc, "%s", first);
     return llmt_fail(rc, "%s; going back failed too (%s): the state stays offloaded whole until "
@@ -168,7 +168,7 @@ static int offload_all(llmt_controller *c, int32_t now, int32_t now_layers)
         return llmt_optimizer_set_offload(c->opt, c->parts, LLMT_OFFLOAD_ALL_LAYERS);
     LLMT_TRY(llmt_optimizer_set_offload(c->opt, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS));
     int rc = llmt_optimizer_set_offload(c->opt, c->parts, LLMT_OFFLOAD_ALL_LAYERS);
-    return rc ? fail_after_going_back(c, rc, llmt_error_last(), now, 0) : LLMT_OK;
+    return rc ? fail_after_going_back(c, rc, now, 0) : LLMT_OK;
 }
 
 int llmt_controller_placeable(const llmt_optimizer *opt, int *placeable)
@@ -221,7 +221,7 @@ int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, ui
         LLMT_TRY(offload_all(c, now, layers));
     int rc = llmt_optimizer_set_offload(c->opt, rung_parts(c, target), target);
     if (rc && via_all) /* back where it was, if that fits; the refusal is the message */
-        return fail_after_going_back(c, rc, llmt_error_last(), now, layers);
+        return fail_after_going_back(c, rc, now, layers);
     return rc;
 }
 
