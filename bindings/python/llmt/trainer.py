@@ -237,11 +237,8 @@ class Trainer(Handle):
         borrowed from it, closed with the trainer)."""
         if self._model is not None:
             return self._model
-        model = self._borrowed_model and self._borrowed_model()
-        if model is None or model.closed:
-            model = Model._borrow(lib.llmt_trainer_model(self._ptr), self, self._context)
-            self._borrowed_model = weakref.ref(model)
-        return model
+        return self._borrowed("_borrowed_model", lambda: Model._borrow(
+            lib.llmt_trainer_model(self._ptr), self, self._context))
 
     @property
     def optimizer(self):
@@ -251,11 +248,18 @@ class Trainer(Handle):
         checkpoint's (Optimizer.set_settings)."""
         if self._optimizer is not None:
             return self._optimizer
-        opt = self._borrowed_optimizer and self._borrowed_optimizer()
-        if opt is None or opt.closed:
-            opt = Optimizer._borrow(lib.llmt_trainer_optimizer(self._ptr), self, self.model)
-            self._borrowed_optimizer = weakref.ref(opt)
-        return opt
+        return self._borrowed("_borrowed_optimizer", lambda: Optimizer._borrow(
+            lib.llmt_trainer_optimizer(self._ptr), self, self.model))
+
+    def _borrowed(self, slot, make):
+        """The part a trainer from a configuration owns, as an object
+        borrowing it: the one weakly held in attribute ``slot`` while it is
+        alive and open, else a new one from ``make()``, then held there."""
+        part = getattr(self, slot) and getattr(self, slot)()
+        if part is None or part.closed:
+            part = make()
+            setattr(self, slot, weakref.ref(part))
+        return part
 
     @property
     def step_index(self):
