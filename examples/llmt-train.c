@@ -245,18 +245,6 @@ typedef struct options {
     int64_t fail_wait; /* --fail-wait: seconds; LAUNCH_FAIL_WAIT_S by default */
 } options;
 
-/* Whether cfg has a host budget and leaves the optimizer's offload to the
- * adaptive controller (the trainer's rule, docs/trainer.md: an optimizer
- * without offload, or offloading state and gradients of no layer), which
- * does not plan against the host budget. */
-static int controller_offloads_under_host_budget(const llmt_train_config *cfg)
-{
-    int32_t parts = cfg->optimizer.offload_parts;
-    return cfg->memory_host_budget && cfg->adaptive &&
-           (parts == LLMT_OFFLOAD_NONE ||
-            ((parts & LLMT_OFFLOAD_GRADS) && cfg->optimizer.offload_layers == 0));
-}
-
 /* Prints the trainer's log lines; user: the options. Where the resume
  * says the checkpoint's optimizer settings replaced the configured ones,
  * and the configured ones were not asked for, says how to ask. */
@@ -536,10 +524,6 @@ static int run_in_dir(const options *o, const llmt_train_config *cfg, int device
         if (cfg->fast_checkpoint_every)
             printf("fast tier: %s, every %lld steps\n", cfg->fast_checkpoint_dir,
                    (long long)cfg->fast_checkpoint_every);
-        if (controller_offloads_under_host_budget(cfg))
-            printf("note: the adaptive controller's offload is not planned against "
-                   "memory.host_budget: a step needing more than the host holds fails (plan the "
-                   "placement with llmt-plan --host-budget; docs/memory.md)\n");
         fflush(stdout);
         rc = train(tr, cfg, &final_loss);
         *trained = !rc;

@@ -57,20 +57,22 @@ static int move_to(llmt_trainer *tr, int64_t k)
     return LLMT_OK;
 }
 
-/* Data parallel: decides once, before the first placement, whether the
- * offload rungs place the ranks' optimizers: only when every rank's may be
- * placed (the ladders, and so the notches, must be the same); when the
- * ranks differ (an owner offloaded on some rank) none is, logged.
- * Collective on its first call, which every rank makes at the same
- * decision point. One process: llmt_controller_place attaches. */
+/* Decides once, before the first placement, whether the offload rungs
+ * place the optimizer: in one process, when llmt_controller_placeable
+ * allows it; in data parallel, only when every rank's may be placed (the
+ * ladders, and so the notches, must be the same); when the ranks differ
+ * (an owner offloaded on some rank) none is, logged. Collective on its
+ * first call, which every rank makes at the same decision point. */
 static int attach(llmt_trainer *tr)
 {
     llmt_controller *c = &tr->ctl;
     llmt_comm *comm = comm_of(tr);
-    if (c->attached || !comm)
+    if (c->attached)
         return LLMT_OK;
     int own = 0;
     LLMT_TRY(llmt_controller_placeable(tr->parts.optimizer, &own));
+    if (!comm)
+        return llmt_controller_attach(c, tr->parts.optimizer, own);
     int64_t v[2] = {own != 0, own == 0}; /* MAX: some rank may be placed, some may not */
     LLMT_TRY(llmt_comm_allreduce_i64(comm, "controller placement", v, 2, LLMT_COMM_MAX));
     if (v[0] && v[1])
@@ -78,6 +80,53 @@ static int attach(llmt_trainer *tr)
                          "differently (an offload set on some rank): the offload rungs place "
                          "none of them", (long long)tr->step);
     return llmt_controller_attach(c, tr->parts.optimizer, v[1] == 0);
+}
+
+/* Text of what the cap offloads: "all of the optimizer state", "the
+ * optimizer state and gradients of the embedding and layers 0-3", "none of
+ * the optimizer state". */
+static void capped_text(const llmt_controller *c, char *buf, size_t size)
+{
+    const char *what = c->parts & LLMT_OFFLOAD_GRADS ? "optimizer state and gradients"
+                                                      : "optimizer state";
+    if (c->cap > c->layers)
+        snprintf(buf, size, "all of the %s", what);
+    else if (c->cap > 0)
+        snprintf(buf, size, "the %s of the embedding and layers 0-%d", what, c->cap - 1);
+    else
+        snprintf(buf, size, "none of the %s", what);
+}
+
+/* Sets the ladder's cap for this decision (llmt_controller_host_cap): in
+ * data parallel the least of the ranks' caps, agreed by one allreduce that
+ * every rank makes (whether the optimizer is placed is agreed), so the
+ * ladders stay the same. A cap that changes is logged as of `step`. */
+static int set_cap(llmt_trainer *tr, int64_t step)
+{
+    llmt_controller *c = &tr->ctl;
+    if (!c->opt)
+        return LLMT_OK;
+    const int32_t top = c->layers + 1;
+    int64_t below_top = top - llmt_controller_host_cap(c); /* MAX: the least cap */
+    llmt_comm *comm = comm_of(tr);
+    if (comm)
+        LLMT_TRY(llmt_comm_allreduce_i64(comm, "controller host cap", &below_top, 1,
+                                         LLMT_COMM_MAX));
+    const int32_t cap = top - (int32_t)below_top;
+    if (cap == c->cap)
+        return LLMT_OK;
+    c->cap = cap;
+    char held[160];
+    capped_text(c, held, sizeof held);
+    if (cap == top)
+        llmt_trainer_log(tr, "escalate", "step %lld: the host holds %s: every offload rung may be "
+                         "used", (long long)step, held);
+    else
+        llmt_trainer_log(tr, "escalate", "step %lld: the host budget%s holds %s: the offload rungs "
+                         "above are passed over, and the smaller micro-batches keep that "
+                         "placement", (long long)step, comm ? " (the tightest rank's)" : "",
+                         held);
+    return LLMT_OK;
 }
 
 /* Gives the optimizer the current notch's placement: the first decision
@@ -313,6 +362,8 @@ int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
     char stayed[512] = "a rank's budget refused the move to the notch's placement";
     int rc = attach(tr);
     if (!rc)
+        rc = set_cap(tr, tr->step);
+    if (!rc)
         rc = sync_placement(tr, &moved);
     if (rc == LLMT_ENOMEM) { /* the step is applied: it stays placed as it is */
         snprintf(stayed, sizeof stayed, "%s", llmt_error_last());
@@ -349,6 +400,8 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     int moved = 0;
     int rc = attach(tr);
     if (!rc)
+        rc = set_cap(tr, tr->step + 1);
+    if (!rc)
         rc = sync_placement(tr, &moved);
     v[AG_MOVED] = moved;
     llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
@@ -379,13 +432,20 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     if (k < 0) {
         uint64_t least = 0;
         LLMT_TRY(llmt_controller_bytes(c, c->max, &least));
+        char offloaded[224] = "";
+        if (c->opt) {
+            char held[160];
+            capped_text(c, held, sizeof held);
+            snprintf(offloaded, sizeof offloaded, " and %s offloaded%s", held,
+                     c->cap <= c->layers ? " (what the host budget holds)" : "");
+        }
         return llmt_fail(LLMT_ENOMEM, "step %lld does not fit: micro-batch 1 with full recompute%s "
-                         "needs %llu bytes of activations and workspace (the planner's figure), "
+                         "needs %llu bytes of activations and workspace%s (the planner's figure), "
                          "%llu are free (budget %llu, %llu in use%s); the failed allocation: %s",
-                         (long long)tr->step + 1,
-                         c->opt ? " and all of the optimizer's state offloaded" : "",
-                         (unsigned long long)least, (unsigned long long)(room + placed),
-                         (unsigned long long)budget, (unsigned long long)in_use,
+                         (long long)tr->step + 1, offloaded, (unsigned long long)least,
+                         c->opt ? ", with the optimizer state it leaves on the device" : "",
+                         (unsigned long long)(room + placed), (unsigned long long)budget,
+                         (unsigned long long)in_use,
                          c->opt ? ", the optimizer's device state counted as free" : "", why);
     }
     if (v[AG_NONE]) /* fits here, not on another rank: every rank fails alike */

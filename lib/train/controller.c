@@ -7,6 +7,7 @@
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "model/grad_place.h"
+#include "optim/offload.h"
 #include "optim/optim_internal.h"
 #include "train/controller.h"
 
@@ -50,6 +51,13 @@ void llmt_controller_init(llmt_controller *c, const llmt_model *m, int32_t batch
     c->base = (int64_t)c->base_level * c->layers;
     c->max = recompute_top(c) + c->layers + 1 + halvings;
     c->notch = c->base;
+    c->cap = c->layers + 1;
+}
+
+/* The offload layers of rung r (0..layers + 1). */
+static int32_t rung_layers(const llmt_controller *c, int64_t r)
+{
+    return r <= c->layers ? (int32_t)r : LLMT_OFFLOAD_ALL_LAYERS;
 }
 
 void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, int32_t *micro,
@@ -61,7 +69,7 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
     for (int32_t l = 0; l < c->layers; l++)
         flags[l] = ladder[level + (l < extra ? 1 : 0)];
     int64_t rung = k <= rc_top ? 0 : k < off_top ? k - rc_top : c->layers + 1;
-    *offload_layers = rung <= c->layers ? (int32_t)rung : LLMT_OFFLOAD_ALL_LAYERS;
+    *offload_layers = rung_layers(c, rung < c->cap ? rung : c->cap);
     int32_t b = c->base_micro;
     for (int64_t h = off_top; h < k; h++)
         b = (b + 1) / 2;
@@ -116,6 +124,47 @@ int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
     return rc;
 }
 
+/* Host bytes of what the controller places with offload_layers
+ * offloaded, as the optimizer and the model allocate them (HOST_STATE):
+ * the optimizer's host segment [first, split) with its staging, and, when
+ * the rung offloads gradients, the host gradients [0, gradient split). */
+static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layers)
+{
+    const llmt_optimizer *o = c->opt;
+    const llmt_model *m = o->model;
+    int32_t parts = rung_parts(c, offload_layers);
+    int64_t split = llmt_offload_split(o, parts, offload_layers);
+    size_t moment = 0, master = 0, w = llmt_dtype_size(m->dt);
+    llmt_optimizer_sizes(m->cfg.precision, split - o->first, &moment, &master);
+    uint64_t bytes = 2 * (uint64_t)moment + master +
+                     llmt_offload_staging_bytes(m->ops->host_memory, split - o->first, w);
+    if (parts & LLMT_OFFLOAD_GRADS)
+        bytes += (uint64_t)llmt_grad_split(split) * w;
+    return bytes;
+}
+
+/* Host bytes the placed optimizer's state and the model's offloaded
+ * gradients hold now. */
+static uint64_t held_host_bytes(const llmt_optimizer *o)
+{
+    return (uint64_t)o->hm.bytes + o->hv.bytes + o->hmaster.bytes + o->stage_g.bytes +
+           o->stage_w.bytes + o->model->host_grads.bytes;
+}
+
+int32_t llmt_controller_host_cap(const llmt_controller *c)
+{
+    int32_t cap = c->layers + 1;
+    if (!c->opt || !c->opt->model->ctx->host_budget)
+        return cap;
+    const llmt_context *ctx = c->opt->model->ctx;
+    uint64_t in_use = ctx->current[LLMT_MEM_HOST_STATE], held = held_host_bytes(c->opt);
+    uint64_t other = in_use > held ? in_use - held : 0;
+    /* Host bytes never fall as the rungs climb. */
+    while (cap > 0 && other + host_state_bytes(c, rung_layers(c, cap)) > ctx->host_budget)
+        cap--;
+    return cap;
+}
+
 uint64_t llmt_controller_placed_bytes(const llmt_controller *c)
 {
     int32_t parts = 0, layers = 0;
@@ -145,29 +194,30 @@ int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llm
 /* Fails with rc and the message of the move from the placement (parts,
  * layers) that just failed (llmt_error_last), after trying to go back to
  * it: should that fail too, the message says so, and that the state stays
- * where the failed move left it (offloaded whole) for the next decision to
- * place (sync_placement). */
+ * where the failed move left it (the cap's placement) for the next
+ * decision to place (sync_placement). */
 static int fail_after_going_back(llmt_controller *c, int rc, int32_t parts, int32_t layers)
 {
     char first[512];
     snprintf(first, sizeof first, "%s", llmt_error_last());
     if (llmt_optimizer_set_offload(c->opt, parts, layers) == LLMT_OK)
         return llmt_fail(rc, "%s", first);
-    return llmt_fail(rc, "%s; going back failed too (%s): the state stays offloaded whole until "
-                     "the next decision places it", first, llmt_error_last());
+    return llmt_fail(rc, "%s; going back failed too (%s): the state stays where the move left "
+                     "it until the next decision places it", first, llmt_error_last());
 }
 
-/* Offloads everything from the placement (now, now_layers). With the
- * gradients on the device (now_layers 0) and gradient offload allowed, the
- * optimizer's state moves first, freeing its device bytes before the
- * gradients' move allocates their device segment and bucket; should the
- * second move fail, the first is undone (if it can be). */
-static int offload_all(llmt_controller *c, int32_t now, int32_t now_layers)
+/* Offloads `to` layers (the cap's, at least one) from the placement (now,
+ * now_layers). With the gradients on the device (now_layers 0) and
+ * gradient offload allowed, the optimizer's state moves first, freeing its
+ * device bytes before the gradients' move allocates their device segment
+ * and bucket; should the second move fail, the first is undone (if it can
+ * be). */
+static int offload_to(llmt_controller *c, int32_t to, int32_t now, int32_t now_layers)
 {
     if (!(c->parts & LLMT_OFFLOAD_GRADS) || now_layers != 0)
-        return llmt_optimizer_set_offload(c->opt, c->parts, LLMT_OFFLOAD_ALL_LAYERS);
-    LLMT_TRY(llmt_optimizer_set_offload(c->opt, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS));
-    int rc = llmt_optimizer_set_offload(c->opt, c->parts, LLMT_OFFLOAD_ALL_LAYERS);
+        return llmt_optimizer_set_offload(c->opt, c->parts, to);
+    LLMT_TRY(llmt_optimizer_set_offload(c->opt, LLMT_OFFLOAD_OPTIMIZER, to));
+    int rc = llmt_optimizer_set_offload(c->opt, c->parts, to);
     return rc ? fail_after_going_back(c, rc, now, 0) : LLMT_OK;
 }
 
@@ -214,26 +264,29 @@ int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, ui
     LLMT_TRY(llmt_optimizer_get_offload(c->opt, &now, &layers));
     if (layers == target)
         return LLMT_OK;
-    /* The move holds the old and the new device segments at once. */
-    int via_all = budget && target != LLMT_OFFLOAD_ALL_LAYERS &&
-                  in_use + device_state_bytes(c, target) > budget;
-    if (via_all)
-        LLMT_TRY(offload_all(c, now, layers));
+    /* The move holds the old and the new device segments at once. The
+     * targets never pass the cap, so its placement has the fewest device
+     * bytes. */
+    const int32_t cap_layers = rung_layers(c, c->cap);
+    int via_cap = budget && target != cap_layers && in_use + device_state_bytes(c, target) > budget;
+    if (via_cap)
+        LLMT_TRY(offload_to(c, cap_layers, now, layers));
     int rc = llmt_optimizer_set_offload(c->opt, rung_parts(c, target), target);
-    if (rc && via_all) /* back where it was, if that fits; the refusal is the message */
+    if (rc && via_cap) /* back where it was, if that fits; the refusal is the message */
         return fail_after_going_back(c, rc, now, layers);
     return rc;
 }
 
 /* Whether notch k is an offload rung that changes nothing: the optimizer
- * is not placed by the controller. A sharded optimizer's rung is never
- * passed over when it is placed, even where it moves nothing of this
- * rank's range: the ranks' ladders must be the same (and every rung moves
- * some rank's state, the ranges covering the whole buffer). */
+ * is not placed by the controller, or the rung is above the cap. A
+ * sharded optimizer's rung under the cap is never passed over, even where
+ * it moves nothing of this rank's range: the ranks' ladders must be the
+ * same (and every rung moves some rank's state, the ranges covering the
+ * whole buffer). */
 static int idle_rung(const llmt_controller *c, int64_t k)
 {
-    int64_t rc_top = recompute_top(c);
-    return !c->opt && k > rc_top && k <= rc_top + c->layers + 1;
+    int64_t rung = k - recompute_top(c);
+    return rung > 0 && rung <= c->layers + 1 && (!c->opt || rung > c->cap);
 }
 
 int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k)

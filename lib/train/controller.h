@@ -9,15 +9,20 @@
  * are always numbered (so a checkpoint's notch means the same whatever the
  * optimizer), but they move state only for an optimizer the controller
  * places (llmt_controller_place); for any other they equal full recompute
- * and are passed over. The bytes of any notch come from the functions the
- * model and optimizer allocate with, so predictions are exact.
+ * and are passed over. With a host budget, the rungs above the heaviest
+ * the host holds (the cap) are passed over the same way: they, and the
+ * micro-batch halvings, place the state as the cap does, so a smaller
+ * micro-batch comes right after the offload the host can take. The bytes
+ * of any notch come from the functions the model and optimizer allocate
+ * with, so predictions are exact.
  *
  * A sharded (ZeRO-1) optimizer is placed too, each rank its own range: a
  * rung's prefix is the same on every rank, its split each rank's
  * (llmt_offload_split), so a rung may move nothing on a rank whose range
  * lies past it. The ladder, and which rungs are passed over, depend only on
- * whether the optimizer is placed, which the ranks agree on (adapt.c), so
- * every rank has the same ladder; the bytes of a notch are this rank's. */
+ * whether the optimizer is placed and on the cap, which the ranks agree on
+ * (adapt.c: the cap is the least of the ranks'), so every rank has the same
+ * ladder; the bytes of a notch are this rank's. */
 #ifndef LLMT_TRAIN_CONTROLLER_H
 #define LLMT_TRAIN_CONTROLLER_H
 
@@ -49,6 +54,12 @@ typedef struct llmt_controller {
     llmt_optimizer *opt;
     int32_t parts, rest_parts;
     int attached;
+    /* The heaviest offload rung in use (1..layers: that many layers'
+     * state offloaded with the embedding; layers + 1, the default: all;
+     * 0: none): the rungs above it are passed over, and they and the
+     * micro-batch halvings place the state as it does. The trainer sets
+     * it at every decision from llmt_controller_host_cap (adapt.c). */
+    int32_t cap;
 } llmt_controller;
 
 /* Sets up the ladder for a model, global batch, sequence length and the
@@ -93,15 +104,25 @@ int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place);
  * llmt_controller_placeable. Then moves a placed
  * optimizer's state to notch k's offload (nothing when it is there already);
  * when the new device segment would not fit beside the old one under
- * budget (0: none) with in_use bytes allocated, it moves through "all
- * offloaded" (no device bytes) so the move needs no more than the end
- * state. On failure (LLMT_ENOMEM naming the budget or host budget) the
- * placement is as it was. */
+ * budget (0: none) with in_use bytes allocated, it moves through the
+ * cap's placement (with no cap: everything offloaded, no device bytes),
+ * which needs fewer device bytes than the end state. On failure (LLMT_ENOMEM
+ * naming the budget or host budget) the placement is as it was, or, should
+ * going back fail too, as the message says. */
 int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, uint64_t budget,
                           uint64_t in_use);
 
+/* The heaviest offload rung (as llmt_controller's cap) whose placement
+ * fits the context's host budget beside the host_state bytes in use that
+ * are not the placed optimizer's (its state, staging and offloaded
+ * gradients, as allocated now); layers + 1 without a host budget or a
+ * placed optimizer. A placement is held twice while it moves, so a move
+ * between two rungs under the cap may still be refused. */
+int32_t llmt_controller_host_cap(const llmt_controller *c);
+
 /* The notch below k that changes something (the offload rungs of an
- * unplaced optimizer change nothing); k itself when k is the base. */
+ * unplaced optimizer, or above the cap, change nothing); k itself when k
+ * is the base. */
 int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k);
 
 /* The smallest notch above the current whose bytes, added to `other`

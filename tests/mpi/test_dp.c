@@ -11,7 +11,9 @@
  * the device state its prediction to the byte, then relaxing back), and
  * adaptive with budgets that differ by rank (one rank over the threshold
  * escalates every rank to its choice; its veto keeps every rank from
- * relaxing); fast mode stays within a tolerance; a
+ * relaxing), with a move one rank's host budget refuses (every rank stays
+ * at one notch), and with one rank's host budget capping every rank's
+ * offload; fast mode stays within a tolerance; a
  * checkpoint saved by N ranks resumes on N ranks and in one process to the
  * same bits; ranks that disagree (weights, micro-batch) are refused on
  * every rank; a step callback stopping one rank stops all. Threads: one
@@ -477,14 +479,47 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
     run_close(&ad);
 }
 
-/* A move one rank's budget refuses: with full recompute from the start,
- * relax window 3, and a budget under step 1's peak over the threshold, the
- * escalation to an offload rung after step 2 is refused on rank 0 (its
- * host budget holds no state). The step stands on every rank (counted, the
- * refusal logged), every rank is left at one notch with the same window
- * and its state back on the device (the ranks whose move worked went
- * back); steps 3 and 4 wait for the window (no attempt, though rank 0's
- * host budget is lifted after step 3), and after step 5 every rank
+/* One step of r, which must succeed and be counted as step s on every
+ * rank, at one notch. */
+static void agreed_step(run *r, int64_t s, llmt_step_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->version = LLMT_STEP_REPORT_VERSION;
+    must(llmt_trainer_step(r->tr, rep), "adaptive step");
+    EXPECT(llmt_trainer_step_index(r->tr) == s, "step %lld was not counted", (long long)s);
+    EXPECT(same_on_all(r->tr->ctl.notch) && same_on_all(r->tr->since_change),
+           "after step %lld: notch %lld, window %lld differ between the ranks", (long long)s,
+           (long long)r->tr->ctl.notch, (long long)r->tr->since_change);
+}
+
+/* Sets r's budget to this rank's peak in the step rep reports over 0.95:
+ * over the threshold 0.9, so the next decision escalates. */
+static void budget_over_threshold(run *r, const llmt_step_report *rep)
+{
+    must(llmt_context_set_budget(r->ctx, (uint64_t)((double)rep->mem_peak / 0.95)), "budget");
+}
+
+/* This rank's host_state bytes now. */
+static uint64_t host_bytes(const run *r)
+{
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    return ms.current[LLMT_MEM_HOST_STATE];
+}
+
+/* A move one rank's host budget refuses: full recompute from the start,
+ * relax window 3, each rank's budget its step-1 peak over 0.95, so every
+ * rank escalates after step 2 to an offload rung T. The lowest rank whose
+ * range straddles T's prefix (some of its state on the host, some on the
+ * device, and more on the host at rung T + 1) gets a host budget of what
+ * rung T + 1 holds of its range: the ladder takes that rung (under every
+ * rank's cap), but the move from T holds both host segments, which the
+ * host budget refuses. With the budgets at step 3's peaks over 0.95, the
+ * escalation after step 4 is refused on that rank: the step stands on
+ * every rank (counted, the refusal logged), every rank is left at T with
+ * the same window and its state as it was (the ranks whose move worked
+ * went back); steps 5 and 6 wait for the window (no attempt, though the
+ * host budget is lifted after step 5), and after step 7 every rank
  * escalates alike. */
 static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
 {
@@ -492,47 +527,102 @@ static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
     open_full_recompute(&ad, dir, comm, 0.9, 3);
     char log[8192] = "";
     must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
-    const int64_t base = ad.tr->ctl.notch;
     llmt_step_report rep;
-    memset(&rep, 0, sizeof rep);
-    rep.version = LLMT_STEP_REPORT_VERSION;
-    must(llmt_trainer_step(ad.tr, &rep), "step 1");
-    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
-    must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
-    must(llmt_context_set_budget(ad.ctx, (uint64_t)((double)ms.total_peak / 0.95)), "budget");
-    if (rank == 0)
-        must(llmt_context_set_host_budget(ad.ctx, 1), "host budget");
-    for (int64_t s = 2; s <= 4; s++) {
-        must(llmt_trainer_step(ad.tr, &rep), "a step after rank 0 refused the escalation");
-        EXPECT(llmt_trainer_step_index(ad.tr) == s, "step %lld was not counted",
-               (long long)s);
-        EXPECT(same_on_all(ad.tr->ctl.notch) && same_on_all(ad.tr->since_change),
-               "after step %lld: notch %lld, window %lld differ between the ranks",
-               (long long)s, (long long)ad.tr->ctl.notch, (long long)ad.tr->since_change);
-        EXPECT(ad.tr->ctl.notch == base, "after step %lld: notch %lld, not %lld",
-               (long long)s, (long long)ad.tr->ctl.notch, (long long)base);
-        int32_t parts = -1, layers = -1;
-        must(llmt_optimizer_get_offload(ad.opt, &parts, &layers), "offload");
-        must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
-        EXPECT(parts == LLMT_OFFLOAD_NONE && ms.current[LLMT_MEM_HOST_STATE] == 0,
-               "after step %lld: offload %d, %llu host bytes: the state did not come back",
-               (long long)s, parts, (unsigned long long)ms.current[LLMT_MEM_HOST_STATE]);
-        if (s == 3 && rank == 0) /* lifted: the window, not the budget, decides */
+    agreed_step(&ad, 1, &rep);
+    budget_over_threshold(&ad, &rep);
+    agreed_step(&ad, 2, &rep);
+    const int64_t at = ad.tr->ctl.notch;
+    int32_t parts = 0, t = 0;
+    must(llmt_optimizer_get_offload(ad.opt, &parts, &t), "offload");
+    const int32_t next = t == ad.model->dims.layers ? LLMT_OFFLOAD_ALL_LAYERS : t + 1;
+    int64_t first = 0, end = 0;
+    must(llmt_optimizer_shard(ad.opt, &first, &end), "shard");
+    const int64_t split = clamp(offload_prefix_of(ad.model, t), first, end);
+    const int64_t split_next = clamp(offload_prefix_of(ad.model, next), first, end);
+    int straddles = parts == LLMT_OFFLOAD_OPTIMIZER && t > 0 && first < split &&
+                    split < split_next;
+    int odd = straddles ? rank : size;
+    MPI_Allreduce(MPI_IN_PLACE, &odd, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    EXPECT(odd < size, "after step 2 no rank's range straddles the offload of %d layers", t);
+    const uint64_t host_at = host_bytes(&ad); /* fp32: two moments, 8 bytes an element */
+    EXPECT(host_at == (uint64_t)(split - first) * 8, "host bytes %llu at %d layers",
+           (unsigned long long)host_at, t);
+    if (rank == odd)
+        must(llmt_context_set_host_budget(ad.ctx, (uint64_t)(split_next - first) * 8),
+             "host budget");
+    agreed_step(&ad, 3, &rep);
+    budget_over_threshold(&ad, &rep);
+    for (int64_t s = 4; s <= 6; s++) {
+        agreed_step(&ad, s, &rep); /* succeeds: the refused move is not its failure */
+        EXPECT(ad.tr->ctl.notch == at, "after step %lld: notch %lld, not %lld", (long long)s,
+               (long long)ad.tr->ctl.notch, (long long)at);
+        int32_t p = -1, l = -1;
+        must(llmt_optimizer_get_offload(ad.opt, &p, &l), "offload");
+        EXPECT(p == parts && l == t && host_bytes(&ad) == host_at,
+               "after step %lld: offload (%d, %d), %llu host bytes: not as before the refusal",
+               (long long)s, p, l, (unsigned long long)host_bytes(&ad));
+        if (s == 5 && rank == odd) /* lifted: the window, not the budget, decides */
             must(llmt_context_set_host_budget(ad.ctx, 0), "host budget");
     }
-    EXPECT(strstr(log, "step 2: escalating refused, staying at [") != NULL,
-           "the refusal after step 2 was not logged:\n%s", log);
-    EXPECT(strstr(log, "step 3: ") == NULL && strstr(log, "step 4: ") == NULL,
+    EXPECT(strstr(log, "step 4: escalating refused, staying at [") != NULL,
+           "the refusal after step 4 was not logged:\n%s", log);
+    EXPECT(strstr(log, "step 5: ") == NULL && strstr(log, "step 6: a rank's peak") == NULL,
            "an escalation was tried within the window:\n%s", log);
-    must(llmt_trainer_step(ad.tr, &rep), "step 5");
-    EXPECT(same_on_all(ad.tr->ctl.notch), "after step 5: notch %lld differs between the ranks",
-           (long long)ad.tr->ctl.notch);
-    EXPECT(ad.tr->ctl.notch > base, "the ranks did not escalate after the window (notch %lld)",
+    agreed_step(&ad, 7, &rep);
+    EXPECT(ad.tr->ctl.notch > at, "the ranks did not escalate after the window (notch %lld)",
            (long long)ad.tr->ctl.notch);
     if (rank == 0)
-        printf("adaptive, a move refused on rank 0 of %d: every rank stayed at notch %lld, "
-               "waited for the window, then escalated to %lld: %s\n", size, (long long)base,
+        printf("adaptive, a move refused on rank %d of %d: every rank stayed at notch %lld, "
+               "waited for the window, then escalated to %lld: %s\n", odd, size, (long long)at,
                (long long)ad.tr->ctl.notch, failures ? "NO" : "yes");
+    run_close(&ad);
+}
+
+/* One rank's host budget caps every rank's ladder: full recompute from the
+ * start, each rank's budget its step-1 peak over 0.95, and rank 0's host
+ * budget 1 byte (its range begins with the embedding, which every rung
+ * offloads), so the least of the ranks' caps is none: after step
+ * 2 every rank escalates past the offload rungs to a smaller micro-batch,
+ * nothing offloaded on any rank (logged as the tightest rank's cap). With
+ * that host budget lifted after step 3, the cap is all again on every
+ * rank, and at step 4's decision the notch (whose smaller micro-batch
+ * keeps the cap's placement) moves every rank's state to the host. */
+static void test_adaptive_host_cap(const char *dir, llmt_comm *comm)
+{
+    run ad;
+    open_full_recompute(&ad, dir, comm, 0.9, 1000);
+    char log[8192] = "";
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
+    const int64_t base = ad.tr->ctl.notch;
+    llmt_step_report rep;
+    agreed_step(&ad, 1, &rep);
+    budget_over_threshold(&ad, &rep);
+    if (rank == 0)
+        must(llmt_context_set_host_budget(ad.ctx, 1), "host budget");
+    agreed_step(&ad, 2, &rep);
+    const int32_t micro = rep.micro_batch;
+    agreed_step(&ad, 3, &rep);
+    int32_t parts = -1, layers = -1;
+    must(llmt_optimizer_get_offload(ad.opt, &parts, &layers), "offload");
+    EXPECT(ad.tr->ctl.notch > base && rep.micro_batch < micro && parts == LLMT_OFFLOAD_NONE &&
+               host_bytes(&ad) == 0,
+           "step 3: notch %lld, micro-batch %d (step 2: %d), offload %d, %llu host bytes: not a "
+           "smaller micro-batch with nothing offloaded", (long long)ad.tr->ctl.notch,
+           rep.micro_batch, micro, parts, (unsigned long long)host_bytes(&ad));
+    EXPECT(strstr(log, "step 2: the host budget (the tightest rank's) holds none of the "
+                       "optimizer state") != NULL, "the cap was not logged:\n%s", log);
+    const int32_t micro_then = rep.micro_batch;
+    if (rank == 0)
+        must(llmt_context_set_host_budget(ad.ctx, 0), "host budget");
+    agreed_step(&ad, 4, &rep);
+    must(llmt_optimizer_get_offload(ad.opt, &parts, &layers), "offload");
+    EXPECT(layers == LLMT_OFFLOAD_ALL_LAYERS && same_on_all(layers) &&
+               strstr(log, "step 4: the host holds all of the optimizer state") != NULL,
+           "step 4: offload of %d layers after the cap rose; log:\n%s", layers, log);
+    if (rank == 0)
+        printf("adaptive, rank 0's host budget of 1 byte on %d ranks: every rank at "
+               "micro-batch %d with nothing offloaded, then all of it once lifted: %s\n", size,
+               micro_then, failures ? "NO" : "yes");
     run_close(&ad);
 }
 
@@ -569,8 +659,10 @@ static void test_precision(const char *dir, int precision, const char *name, llm
         test_adaptive_offload(dir, comm, &ref, ref_loss);
     if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1)
         test_adaptive_agreement(dir, comm, &ref, ref_loss);
-    if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1)
+    if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1) {
         test_adaptive_refused_move(dir, comm);
+        test_adaptive_host_cap(dir, comm);
+    }
     if (!with_fast) {
         if (rank == 0)
             printf("%s on %d ranks (%d layers, micro-batch %d): deterministic bitwise %s\n", name,

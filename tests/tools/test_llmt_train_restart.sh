@@ -10,9 +10,10 @@
 #   final checkpoint's MANIFEST holds the settings the run ended with; the
 #   same settings again replace nothing; an lr below the checkpoint's
 #   min_lr is taken (llmt_optimizer_set_settings sets them together).
-# - A host budget with the offload left to the adaptive controller gets a
-#   note at the start (the controller does not plan against it); with the
-#   offload configured, none.
+# - memory.host_budget reaches the adaptive controller: a device budget
+#   that the controller meets by offloading part of the optimizer's state
+#   is met with a smaller micro-batch and nothing offloaded when the host
+#   budget holds none of it.
 # - A failed start removes the default fast tier it created under /dev/shm
 #   (then holding only the store's llmt.lock) and leaves one that existed,
 #   and one the configuration names.
@@ -102,15 +103,22 @@ lr_is "$tmp/a" 5 0.0015
     > "$tmp/a6.log" 2>&1 || fail "lr below the checkpoint's min_lr: $(cat "$tmp/a6.log")"
 lr_is "$tmp/a" 6 0.00025
 
-# ---- A host budget the adaptive controller's offload is not planned against:
-# a note says so; a placement given by the configuration is planned.
-"$train" --config "$tmp/tiny.yaml" --out "$tmp/h" --steps 1 memory.host_budget=1GiB \
-    > "$tmp/h.log" 2>&1 || fail "host budget: $(cat "$tmp/h.log")"
-grep -q "^note: the adaptive controller's offload is not planned against memory.host_budget" \
-    "$tmp/h.log" || fail "host budget: no note: $(cat "$tmp/h.log")"
-"$train" --config "$tmp/tiny.yaml" --out "$tmp/h2" --steps 1 memory.host_budget=1GiB \
-    optimizer.offload=optimizer > "$tmp/h2.log" 2>&1 || fail "host budget, placed: $(cat "$tmp/h2.log")"
-! grep -q "^note: " "$tmp/h2.log" || fail "placed offload: a note: $(cat "$tmp/h2.log")"
+# ---- The host budget caps the adaptive controller's offload. A device
+# budget of 120000 bytes: after step 1 (peak over the threshold) the
+# controller offloads the embedding's and layer 0's optimizer state; with a
+# host budget of 1 byte it passes the offload over, says so, and halves the
+# micro-batch instead, nothing in host memory.
+"$train" --config "$tmp/tiny.yaml" --out "$tmp/h" --steps 2 memory.budget=120000 \
+    > "$tmp/h.log" 2>&1 || fail "device budget: $(cat "$tmp/h.log")"
+grep -q "escalating from .* optimizer state offloaded: embedding and layers 0-0; micro-batch 2\]" \
+    "$tmp/h.log" || fail "device budget: no offload: $(cat "$tmp/h.log")"
+"$train" --config "$tmp/tiny.yaml" --out "$tmp/h2" --steps 2 memory.budget=120000 \
+    memory.host_budget=1 > "$tmp/h2.log" 2>&1 || fail "host budget: $(cat "$tmp/h2.log")"
+grep -q "step 1: the host budget holds none of the optimizer state: the offload rungs above are passed over" \
+    "$tmp/h2.log" || fail "host budget: no cap: $(cat "$tmp/h2.log")"
+grep -q "escalating from .* to \[recompute full on layers 0-0; micro-batch 1\]" "$tmp/h2.log" ||
+    fail "host budget: no smaller micro-batch: $(cat "$tmp/h2.log")"
+! grep -q "offloaded" "$tmp/h2.log" || fail "host budget: an offload: $(cat "$tmp/h2.log")"
 
 # ---- A failed start: --resume without a checkpoint fails after the store
 # made the fast tier. Its name (from --out's real path) comes from a run that
@@ -139,4 +147,4 @@ if "$train" --config "$tmp/tiny.yaml" --out "$tmp/e" --resume checkpoint.fast_di
     fail "--resume without a checkpoint succeeded (named fast tier)"
 fi
 [ -d "$tmp/named" ] || fail "a failed start removed the named fast tier $tmp/named"
-echo "ok: --optimizer-settings checkpoint (default) and config on a resume (lr per step, losses, checkpoint settings, log lines); a failed start removes the fast tier it made, keeps one that existed"
+echo "ok: --optimizer-settings checkpoint (default) and config on a resume (lr per step, losses, checkpoint settings, log lines); memory.host_budget caps the controller's offload; a failed start removes the fast tier it made, keeps one that existed"

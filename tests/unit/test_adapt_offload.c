@@ -185,15 +185,22 @@ static llmt_plan plan_full(rig *r)
     return plan_placed(r, LLMT_OFFLOAD_NONE, 0);
 }
 
-/* One step, which must succeed, at the configured micro-batch. */
-static llmt_step_report step(rig *r)
+/* One step, which must succeed, at micro-batch micro (0: any). */
+static llmt_step_report step_at(rig *r, int32_t micro)
 {
     llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};
     if (llmt_trainer_step(r->tr, &rep) != LLMT_OK)
         fail_msg("step %lld: %s\n%s", (long long)llmt_trainer_step_index(r->tr) + 1,
                  llmt_error_last(), r->log);
-    assert_int_equal(rep.micro_batch, B);
+    if (micro)
+        assert_int_equal(rep.micro_batch, micro);
     return rep;
+}
+
+/* One step, which must succeed, at the configured micro-batch. */
+static llmt_step_report step(rig *r)
+{
+    return step_at(r, B);
 }
 
 /* n steps of both rigs: the same losses, the constrained one within budget;
@@ -323,6 +330,87 @@ static void test_sharded_offload_rungs(void **state)
                         "rank 0: llmt_trainer_resume_latest: the trainer has no store");
     rig_close(&free_run);
     rig_close(&tight);
+    llmt_comm_free(comm);
+}
+
+/* A device budget that fits the batch at B with the state of the
+ * embedding and both layers offloaded (rung 2), not with layer 1's on the
+ * device (rung 1), and a host budget one byte under what rung 2 holds: the
+ * rungs from 2 on are passed over (the cap is rung 1), and the step that
+ * does not fit at B runs at a smaller micro-batch with rung 1's offload,
+ * every step completing once, the host bytes within the host budget, and
+ * the losses, weights and AdamW state bitwise those of an unconstrained
+ * run sliced at that micro-batch from the start. (The step used to fail:
+ * the controller offloaded rung 2, which the host budget refused.) With
+ * comm, the tight run's optimizer is sharded over it. */
+static void check_host_cap(llmt_comm *comm)
+{
+    enum { STEPS = 4 };
+    rig free_run, tight;
+    rig_open_as(&free_run, LLMT_PRECISION_FP32, 1000, NULL, LONG_T, LLMT_OFFLOAD_NONE);
+    /* A sharded optimizer sums the micro-batches' gradients as an ordered
+     * slicer does (docs/memory.md). */
+    if (comm)
+        assert_int_equal(llmt_slicer_set_accumulation(free_run.slicer, LLMT_ACCUMULATE_ORDERED),
+                         LLMT_OK);
+    shard_comm = comm;
+    rig_open_as(&tight, LLMT_PRECISION_FP32, 1000, NULL, LONG_T, LLMT_OFFLOAD_NONE);
+    shard_comm = NULL; /* the next rigs are not sharded, whatever fails below */
+    /* The plans equal the measured peaks (test_plan_offload.c); a sharded
+     * optimizer holds its exchange buffers beside them. */
+    llmt_plan rung1 = plan_placed(&tight, LLMT_OFFLOAD_OPTIMIZER, 1);
+    llmt_plan rung2 = plan_placed(&tight, LLMT_OFFLOAD_OPTIMIZER, 2);
+    assert_true(rung2.peak < rung1.peak);
+    uint64_t budget = rung2.peak + (rung1.peak - rung2.peak) / 2 + stats(&tight).total_current -
+                      stats(&free_run).total_current;
+    uint64_t host_budget = rung2.host_peak - 1;
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    assert_int_equal(llmt_context_set_host_budget(tight.ctx, host_budget), LLMT_OK);
+    int32_t micro = 0; /* the first step's, any smaller than B */
+    for (int i = 0; i < STEPS; i++) {
+        llmt_step_report b = step_at(&tight, micro);
+        if (i == 0) { /* the free run slices as the tight one does from now on */
+            micro = b.micro_batch;
+            assert_true(micro < B);
+            assert_int_equal(llmt_slicer_set_micro_batch(free_run.slicer, micro), LLMT_OK);
+        }
+        llmt_step_report a = step_at(&free_run, micro);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        assert_int_equal(b.retries, i == 0);
+        assert_true(b.mem_peak <= budget);
+        assert_true(stats(&tight).peak[LLMT_MEM_HOST_STATE] <= host_budget);
+    }
+    /* At the first halving (B / 2) with rung 1's offload, the notch one
+     * lighter is rung 1 at B: the rungs above the cap are passed over. */
+    const llmt_controller *ctl = &tight.tr->ctl;
+    const int64_t rung1_notch = (int64_t)(LLMT_LADDER_LEVELS - 1) * LAYERS + 1;
+    assert_int_equal(ctl->cap, 1);
+    assert_int_equal(micro, B / 2);
+    assert_int_equal(ctl->notch, rung1_notch + LAYERS + 1);
+    assert_int_equal(llmt_controller_lighter(ctl, ctl->notch), rung1_notch);
+    int32_t parts = 0, layers = 0;
+    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
+    assert_int_equal(layers, 1);
+    assert_int_equal(stats(&tight).current[LLMT_MEM_HOST_STATE], rung1.host_peak);
+    assert_contains(tight.log, comm ? "step 1: the host budget (the tightest rank's) holds"
+                                    : "step 1: the host budget holds");
+    assert_contains(tight.log, "holds the optimizer state of the embedding and layers 0-0: the "
+                    "offload rungs above are passed over");
+    assert_contains(tight.log, "step 1: out of memory");
+    assert_contains(tight.log, "optimizer state offloaded: embedding and layers 0-0; micro-batch");
+    assert_same_state(&free_run, &tight);
+    rig_close(&free_run);
+    rig_close(&tight);
+}
+
+static void test_host_budget_caps_the_offload(void **state)
+{
+    (void)state;
+    check_host_cap(NULL);
+    llmt_comm *comm = test_self_comm();
+    assert_non_null(comm);
+    check_host_cap(comm);
     llmt_comm_free(comm);
 }
 
@@ -508,14 +596,33 @@ static void test_refused_move_counts_no_step(void **state)
     rig_close(&r);
 }
 
-/* An escalation above the threshold that the host budget refuses (every
- * layer at full recompute from the start, so the escalation's target is an
- * offload rung), relax window 3: the step that measured the peak (2)
- * stands, counted, the refusal logged and the notch and placement as they
- * were; the next escalation waits for the window (steps 3 and 4 try none,
- * though the host budget is lifted after step 3), and after step 5 it
- * escalates to an offload rung. The run stays bitwise the unconstrained
- * one throughout. */
+/* Sets r's budget so that the peak just measured (peak) is 0.95 of it:
+ * over the threshold 0.9, so the next decision escalates. */
+static void budget_for_escalation(rig *r, uint64_t peak)
+{
+    assert_int_equal(llmt_context_set_budget(r->ctx, (uint64_t)((double)peak / 0.95)), LLMT_OK);
+}
+
+/* One step of each rig, the same loss, counted as step i. */
+static llmt_step_report step_both(rig *free_run, rig *r, int64_t i)
+{
+    llmt_step_report a = step(free_run), b = step(r);
+    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    assert_int_equal(llmt_trainer_step_index(r->tr), i);
+    return b;
+}
+
+/* An escalation above the threshold that the host budget refuses, relax
+ * window 3. Every layer is at full recompute from the start, so the
+ * escalations' targets are offload rungs: after step 2 the controller
+ * offloads the embedding's and layer 0's state (rung 1); then the host
+ * budget is set to what rung 2 holds, which the ladder takes (its cap),
+ * but the move from rung 1 holds both host segments at once, and the host
+ * budget refuses it after step 4. That step stands, counted, the refusal
+ * logged and the notch and placement as they were; the next escalation
+ * waits for the window (steps 5 and 6 try none, though the host budget is
+ * lifted after step 5), and after step 7 it escalates. The run stays
+ * bitwise the unconstrained one throughout. */
 static void test_refused_escalation_keeps_the_step(void **state)
 {
     (void)state;
@@ -526,28 +633,35 @@ static void test_refused_escalation_keeps_the_step(void **state)
     rig_open(&r, LLMT_PRECISION_FP32, WINDOW, NULL);
     rig_recompute = LLMT_RECOMPUTE_NONE; /* the next rigs', whatever fails below */
     r.tr->cfg.memory_threshold = 0.9;
-    const int64_t base = r.tr->ctl.notch;
-    llmt_step_report a = step(&free_run), b = step(&r);
-    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
-    assert_int_equal(llmt_context_set_budget(r.ctx, (uint64_t)((double)b.mem_peak / 0.95)),
-                     LLMT_OK);
-    assert_int_equal(llmt_context_set_host_budget(r.ctx, 1), LLMT_OK);
-    for (int64_t i = 2; i <= 4; i++) {
-        a = step(&free_run);
-        b = step(&r); /* succeeds: the refused move is not the step's failure */
-        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    const int64_t rung1 = r.tr->ctl.notch + 1;
+    llmt_step_report b = step_both(&free_run, &r, 1);
+    budget_for_escalation(&r, b.mem_peak);
+    step_both(&free_run, &r, 2);
+    assert_int_equal(r.tr->ctl.notch, rung1);
+    const uint64_t host1 = stats(&r).current[LLMT_MEM_HOST_STATE];
+    assert_int_equal(host1, plan_placed(&r, LLMT_OFFLOAD_OPTIMIZER, 1).host_peak);
+    const uint64_t host2 = plan_placed(&r, LLMT_OFFLOAD_OPTIMIZER, 2).host_peak;
+    assert_int_equal(llmt_context_set_host_budget(r.ctx, host2), LLMT_OK);
+    b = step_both(&free_run, &r, 3); /* its peak is rung 1's */
+    budget_for_escalation(&r, b.mem_peak);
+    for (int64_t i = 4; i <= 6; i++) {
+        b = step_both(&free_run, &r, i); /* succeeds: the refused move is not its failure */
         assert_true(b.mem_ratio > 0.9);
-        assert_int_equal(llmt_trainer_step_index(r.tr), i);
-        assert_int_equal(r.tr->ctl.notch, base);
+        assert_int_equal(r.tr->ctl.notch, rung1);
         int32_t parts = -1, layers = -1;
         assert_int_equal(llmt_optimizer_get_offload(r.opt, &parts, &layers), LLMT_OK);
-        assert_int_equal(parts, LLMT_OFFLOAD_NONE);
-        assert_int_equal(stats(&r).current[LLMT_MEM_HOST_STATE], 0);
-        if (i == 3) /* lifted: the window, not the budget, decides when to try */
+        assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER);
+        assert_int_equal(layers, 1);
+        assert_int_equal(stats(&r).current[LLMT_MEM_HOST_STATE], host1);
+        if (i == 5) /* lifted: the window, not the budget, decides when to try */
             assert_int_equal(llmt_context_set_host_budget(r.ctx, 0), LLMT_OK);
     }
-    assert_contains(r.log, "step 2: escalating refused, staying at [");
-    assert_contains(r.log, "host budget 1 bytes");
+    assert_contains(r.log, "step 3: the host budget holds the optimizer state of the embedding and "
+                    "layers 0-1: the offload rungs above are passed over");
+    assert_contains(r.log, "step 4: escalating refused, staying at [");
+    char refusal[96];
+    snprintf(refusal, sizeof refusal, "refused: host budget %llu bytes", (unsigned long long)host2);
+    assert_contains(r.log, refusal);
     /* The wait is in the trainer's checkpointed state, so a resume keeps
      * it; a blob written before its key restores no wait. */
     llmt_train_state st;
@@ -560,17 +674,15 @@ static void test_refused_escalation_keeps_the_step(void **state)
     assert_int_equal(r.tr->escalation_refused, 0);
     assert_int_equal(llmt_trainer_restore_blob(r.tr, blob, st.user_blob_size), LLMT_OK);
     assert_int_equal(r.tr->escalation_refused, 1);
-    assert_null(strstr(r.log, "step 3: ")); /* waiting: no attempt, no line */
-    assert_null(strstr(r.log, "step 4: "));
-    a = step(&free_run);
-    b = step(&r);
-    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
-    assert_contains(r.log, "step 5: peak");
-    assert_true(r.tr->ctl.notch > base);
-    assert_true(stats(&r).current[LLMT_MEM_HOST_STATE] > 0); /* an offload rung */
-    a = step(&free_run);
-    b = step(&r);
-    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    assert_null(strstr(r.log, "step 5: ")); /* waiting: no attempt, no line */
+    /* Step 6's decision sees the lifted budget (a line), and waits. */
+    assert_contains(r.log, "step 6: the host holds all of the optimizer state");
+    assert_null(strstr(r.log, "step 6: peak"));
+    step_both(&free_run, &r, 7);
+    assert_contains(r.log, "step 7: peak");
+    assert_true(r.tr->ctl.notch > rung1);
+    assert_true(stats(&r).current[LLMT_MEM_HOST_STATE] > host1); /* a heavier offload rung */
+    step_both(&free_run, &r, 8);
     assert_same_state(&free_run, &r);
     rig_close(&free_run);
     rig_close(&r);
@@ -581,6 +693,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_offload_instead_of_a_smaller_micro_batch),
         cmocka_unit_test(test_sharded_offload_rungs),
+        cmocka_unit_test(test_host_budget_caps_the_offload),
         cmocka_unit_test(test_owner_placement_is_kept),
         cmocka_unit_test(test_resume_at_an_offload_notch),
         cmocka_unit_test(test_grads_offload_instead_of_a_smaller_micro_batch),
