@@ -6,6 +6,7 @@
 #include "llmt/slicer.h"
 #include "model/grad_place.h"
 #include "model/model_internal.h"
+#include "model/slicer_internal.h"
 
 struct llmt_slicer {
     llmt_model *model;
@@ -81,6 +82,18 @@ static int64_t counted(const int32_t *targets, int64_t n)
     for (int64_t i = 0; i < n; i++)
         c += targets[i] >= 0;
     return c;
+}
+
+uint64_t llmt_slicer_sum_bytes(const llmt_slicer *s, int32_t batch, int32_t micro)
+{
+    if (s->accumulation != LLMT_ACCUMULATE_ORDERED || micro >= batch)
+        return 0;
+    return (uint64_t)s->model->num_params * sizeof(float); /* as ordered_begin allocates */
+}
+
+void llmt_slicer_release_sum(llmt_slicer *s)
+{
+    llmt_buf_free(s->model->ctx, &s->sum);
 }
 
 /* Ordered accumulation over several micro-batches starts: the sum (fp32,

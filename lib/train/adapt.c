@@ -20,6 +20,7 @@
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "model/slicer_internal.h"
 #include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
 
@@ -43,13 +44,15 @@ static int place(llmt_trainer *tr, int64_t k)
     return llmt_controller_place(&tr->ctl, tr->parts.optimizer, k, ms.budget, ms.total_current);
 }
 
-/* Moves to notch k: frees the arena laid out for the old one first (so the
- * optimizer's state has room to move, and the next step's peak measures
- * the new layout alone), then places the optimizer, then sets recompute and
- * micro-batch. On failure the notch is as it was. */
+/* Moves to notch k: frees the arena laid out for the old one and the
+ * ordered sum first (so the optimizer's state has room to move, and the
+ * next step's peak measures the new layout alone), then places the
+ * optimizer, then sets recompute and micro-batch. On failure the notch is
+ * as it was. */
 static int move_to(llmt_trainer *tr, int64_t k)
 {
     LLMT_TRY(llmt_model_release_activations(tr->parts.model));
+    llmt_slicer_release_sum(tr->parts.slicer);
     LLMT_TRY(place(tr, k));
     LLMT_TRY(llmt_controller_apply(&tr->ctl, k, tr->parts.recompute, tr->parts.slicer));
     tr->since_change = 0;
@@ -263,14 +266,18 @@ typedef struct candidate {
     uint64_t other;  /* the peak's bytes that the notch leaves */
     double ratio;    /* peak over capacity */
     int64_t found;   /* the lightest notch under the threshold; -1: none */
+    int64_t least;   /* with found -1: the heavier notch predicted lowest */
     int64_t lighter; /* the notch relaxing moves to (the notch itself: none) */
     uint64_t lighter_bytes;
 } candidate;
 
 /* This rank's candidates after a step that peaked at `peak` of `cap`
  * bytes: when over the threshold (with a heavier notch left) the
- * escalation target into v[AG_NOTCH] (max + 1 when none gets under it),
- * and whether relaxing would leave no headroom into v[AG_VETO]. */
+ * escalation target into v[AG_NOTCH]: max + 1 when none gets under it but
+ * one is predicted lower than the current (cd->least), the current notch
+ * when none is (with an ordered slicer the first halving adds the sum of
+ * every gradient, so a heavier notch is not always lower); and whether
+ * relaxing would leave no headroom into v[AG_VETO]. */
 static int propose(llmt_trainer *tr, uint64_t peak, uint64_t cap, candidate *cd, int64_t *v)
 {
     llmt_controller *c = &tr->ctl;
@@ -282,7 +289,10 @@ static int propose(llmt_trainer *tr, uint64_t peak, uint64_t cap, candidate *cd,
     if (cd->ratio > tr->cfg.memory_threshold && c->notch < c->max) {
         uint64_t limit = (uint64_t)(tr->cfg.memory_threshold * (double)cap);
         LLMT_TRY(llmt_controller_find(c, cd->other, limit, &cd->found));
-        v[AG_NOTCH] = cd->found >= 0 ? cd->found : c->max + 1;
+        uint64_t least = 0;
+        if (cd->found < 0)
+            LLMT_TRY(llmt_controller_least(c, &cd->least, &least));
+        v[AG_NOTCH] = cd->found >= 0 ? cd->found : least < current ? c->max + 1 : c->notch;
     }
     /* The relax window counts this step (since_change is the same on every
      * rank): the prediction is needed only when the window is full. */
@@ -303,7 +313,7 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                     int64_t agreed)
 {
     llmt_controller *c = &tr->ctl;
-    int64_t target = agreed <= c->max ? agreed : c->max;
+    int64_t target = agreed <= c->max ? agreed : cd->least;
     uint64_t next = 0;
     LLMT_TRY(llmt_controller_bytes(c, target, &next));
     char from[320], to[320];
@@ -315,7 +325,8 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                          "over the threshold %.2f: escalating from [%s] to [%s], predicted peak "
                          "%.1f MiB (%.3f)%s", (long long)tr->step, mib(peak), cd->ratio, mib(cap),
                          tr->cfg.memory_threshold, from, to, mib(cd->other + next), predicted,
-                         cd->found >= 0 ? "" : "; the heaviest setting, still over the threshold");
+                         cd->found >= 0 ? "" : "; no setting gets under the threshold: the one "
+                                               "predicted lowest");
     else
         llmt_trainer_log(tr, "escalate", "step %lld: a rank's peak is over the threshold %.2f "
                          "(this rank's: %.1f MiB, %.3f of capacity %.1f MiB): every rank "
@@ -323,8 +334,8 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                          "predicted peak on this rank %.1f MiB (%.3f)%s", (long long)tr->step,
                          tr->cfg.memory_threshold, mib(peak), cd->ratio, mib(cap), from, to,
                          mib(cd->other + next), predicted,
-                         agreed <= c->max ? "" : "; the heaviest setting, still over the "
-                                                 "threshold on some rank");
+                         agreed <= c->max ? "" : "; no setting gets under the threshold on "
+                                                 "some rank: the one predicted lowest");
     int refused = 0;
     int rc = move_all(tr, target, &refused);
     return stay_if_refused(tr, rc, refused, 1, from);

@@ -7,6 +7,7 @@
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "model/grad_place.h"
+#include "model/slicer_internal.h"
 #include "optim/offload.h"
 #include "optim/optim_internal.h"
 #include "train/controller.h"
@@ -35,11 +36,12 @@ static int64_t recompute_top(const llmt_controller *c)
     return (int64_t)(LLMT_LADDER_LEVELS - 1) * c->layers;
 }
 
-void llmt_controller_init(llmt_controller *c, const llmt_model *m, int32_t batch, int32_t seq,
-                          int32_t policy, int32_t micro_batch)
+void llmt_controller_init(llmt_controller *c, const llmt_model *m, const llmt_slicer *slicer,
+                          int32_t batch, int32_t seq, int32_t policy, int32_t micro_batch)
 {
     memset(c, 0, sizeof *c);
     c->model = m;
+    c->slicer = slicer;
     c->batch = batch;
     c->seq = seq;
     c->layers = (int32_t)m->dims.layers;
@@ -120,6 +122,7 @@ int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
     free(flags);
     if (!rc)
         *bytes = (uint64_t)lay.act_bytes + lay.work_bytes +
+                 (c->slicer ? llmt_slicer_sum_bytes(c->slicer, c->batch, micro) : 0) +
                  (c->opt ? device_state_bytes(c, offload) : 0);
     return rc;
 }
@@ -314,6 +317,23 @@ int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limi
         }
     }
     *k = -1;
+    return LLMT_OK;
+}
+
+int llmt_controller_least(const llmt_controller *c, int64_t *k, uint64_t *bytes)
+{
+    *k = -1;
+    *bytes = UINT64_MAX;
+    for (int64_t n = c->notch + 1; n <= c->max; n++) {
+        uint64_t b = 0;
+        if (idle_rung(c, n))
+            continue;
+        LLMT_TRY(llmt_controller_bytes(c, n, &b));
+        if (b <= *bytes) {
+            *k = n;
+            *bytes = b;
+        }
+    }
     return LLMT_OK;
 }
 

@@ -13,8 +13,9 @@
  * the host holds (the cap) are passed over the same way: they, and the
  * micro-batch halvings, place the state as the cap does, so a smaller
  * micro-batch comes right after the offload the host can take. The bytes
- * of any notch come from the functions the model and optimizer allocate
- * with, so predictions are exact.
+ * of any notch come from the functions the model, optimizer and slicer
+ * allocate with, so predictions are exact; they do not always fall along
+ * the ladder (an ordered slicer's sum appears at the first halving).
  *
  * A sharded (ZeRO-1) optimizer is placed too, each rank its own range: a
  * rung's prefix is the same on every rank, its split each rank's
@@ -38,6 +39,12 @@
 
 typedef struct llmt_controller {
     const llmt_model *model;
+    /* The slicer whose ordered accumulation holds an fp32 sum of every
+     * gradient at a notch of several micro-batches, counted in the notch's
+     * bytes (llmt_slicer_sum_bytes); NULL where the batch is summed
+     * otherwise (data parallel: the sharded optimizer's sum, allocated
+     * once). */
+    const llmt_slicer *slicer;
     int32_t batch, seq, layers;
     int32_t base_level;      /* ladder level the configuration starts at */
     int32_t base_micro;      /* micro-batch the configuration starts at */
@@ -63,9 +70,10 @@ typedef struct llmt_controller {
 } llmt_controller;
 
 /* Sets up the ladder for a model, global batch, sequence length and the
- * configured policy and micro-batch (which become the base notch). */
-void llmt_controller_init(llmt_controller *c, const llmt_model *m, int32_t batch, int32_t seq,
-                          int32_t policy, int32_t micro_batch);
+ * configured policy and micro-batch (which become the base notch); slicer
+ * as llmt_controller's. */
+void llmt_controller_init(llmt_controller *c, const llmt_model *m, const llmt_slicer *slicer,
+                          int32_t batch, int32_t seq, int32_t policy, int32_t micro_batch);
 
 /* Recompute flags of every layer (layers entries), the micro-batch and the
  * optimizer offload (0: none; k: layers [0, k); LLMT_OFFLOAD_ALL_LAYERS) of
@@ -74,7 +82,8 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
                            int32_t *offload_layers);
 
 /* Device bytes notch k needs that depend on the notch: the activation
- * arena (activations + workspace), plus, for a placed optimizer, its state
+ * arena (activations + workspace), the ordered accumulation's sum at a
+ * notch of several micro-batches, plus, for a placed optimizer, its state
  * left on the device (a sharded optimizer's: of this rank's range; and the
  * model's device gradients, when the rungs offload gradients). */
 int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes);
@@ -128,6 +137,12 @@ int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k);
 /* The smallest notch above the current whose bytes, added to `other`
  * bytes, stay within limit; -1 when none. */
 int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limit, int64_t *k);
+
+/* The heaviest notch above the current whose bytes are the least of
+ * those notches' (the offload rungs passed over are skipped) into *k, and
+ * its bytes; *k = -1 when the current notch is the last. Where the bytes
+ * never rise along the ladder (no ordered slicer) that is max. */
+int llmt_controller_least(const llmt_controller *c, int64_t *k, uint64_t *bytes);
 
 /* Text "ffn_act on layers 0-3, none on 4-7; micro-batch 8" of notch k, with
  * "; optimizer offloaded: ..." for a placed optimizer's offload rungs. */

@@ -11,6 +11,7 @@
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "data/loader_internal.h"
+#include "model/slicer_internal.h"
 #include "optim/optim_internal.h"
 #include "train/dist_fast_tier.h"
 #include "train/trainer_internal.h"
@@ -143,8 +144,8 @@ int llmt_trainer_create(llmt_trainer **out, const llmt_trainer_parts *parts,
     }
     if (!rc && cfg->adaptive) {
         const llmt_model *m = parts->model;
-        llmt_controller_init(&tr->ctl, m, cfg->batch_size, cfg->seq_len, m->rc_flags[0],
-                             llmt_slicer_micro_batch(parts->slicer));
+        llmt_controller_init(&tr->ctl, m, comm ? NULL : parts->slicer, cfg->batch_size,
+                             cfg->seq_len, m->rc_flags[0], llmt_slicer_micro_batch(parts->slicer));
         rc = llmt_controller_apply(&tr->ctl, tr->ctl.base, parts->recompute, parts->slicer);
     }
     if (comm) { /* the ranks must run the same steps over the same data */
@@ -253,11 +254,13 @@ static int forward_backward(llmt_trainer *tr, double scale, double *loss, int32_
         if (failed != LLMT_ENOMEM || !tr->cfg.adaptive)
             return rc;
         /* Partial gradients are discarded (zeroed on the next attempt), the
-         * arena freed, and the controller picks a notch that fits. */
+         * arena and the ordered sum freed, and the controller picks a notch
+         * that fits (its bytes count both). */
         char why[512];
         snprintf(why, sizeof why, "%s", llmt_error_last());
         LLMT_TRY(llmt_model_zero_grads(p->model));
         LLMT_TRY(llmt_model_release_activations(p->model));
+        llmt_slicer_release_sum(p->slicer);
         LLMT_TRY(llmt_trainer_escalate_to_fit(tr, why));
     }
 }

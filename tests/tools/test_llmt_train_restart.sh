@@ -13,7 +13,9 @@
 # - memory.host_budget reaches the adaptive controller: a device budget
 #   that the controller meets by offloading part of the optimizer's state
 #   is met with a smaller micro-batch and nothing offloaded when the host
-#   budget holds none of it.
+#   budget holds none of it; with ordered accumulation, whose sum makes a
+#   smaller micro-batch heavier here, the controller takes the notch
+#   predicted lowest and every step runs.
 # - A failed start removes the default fast tier it created under /dev/shm
 #   (then holding only the store's llmt.lock) and leaves one that existed,
 #   and one the configuration names.
@@ -119,6 +121,17 @@ grep -q "step 1: the host budget holds none of the optimizer state: the offload 
 grep -q "escalating from .* to \[recompute full on layers 0-0; micro-batch 1\]" "$tmp/h2.log" ||
     fail "host budget: no smaller micro-batch: $(cat "$tmp/h2.log")"
 ! grep -q "offloaded" "$tmp/h2.log" || fail "host budget: an offload: $(cat "$tmp/h2.log")"
+# With ordered accumulation a smaller micro-batch holds the fp32 sum of
+# every gradient, more than it saves on this model: at 125000 bytes (peak
+# 0.88, over the threshold) the controller takes the notch predicted lowest,
+# full recompute at micro-batch 2, and every step runs (it used to escalate
+# to micro-batch 1, whose sum did not fit: step 2 failed).
+"$train" --config "$tmp/tiny.yaml" --out "$tmp/h3" --steps 3 memory.budget=125000 \
+    memory.host_budget=1 batch.accumulation=ordered > "$tmp/h3.log" 2>&1 ||
+    fail "ordered: $(cat "$tmp/h3.log")"
+grep -q "to \[recompute full on layers 0-0; micro-batch 2\], predicted peak .*; no setting gets under the threshold: the one predicted lowest" \
+    "$tmp/h3.log" || fail "ordered: not the lowest prediction: $(cat "$tmp/h3.log")"
+grep -q "^step     3/3 .* micro-batch 2 " "$tmp/h3.log" || fail "ordered: $(cat "$tmp/h3.log")"
 
 # ---- A failed start: --resume without a checkpoint fails after the store
 # made the fast tier. Its name (from --out's real path) comes from a run that

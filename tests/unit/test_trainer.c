@@ -3,7 +3,8 @@
  * identical to an unconstrained run, the loss within floating-point
  * tolerance), a budget nothing fits (fails fast with the planner's figure),
  * a budget that fits but crosses the threshold (escalates before any
- * allocation fails, relaxes when memory frees up), metrics, resume. */
+ * allocation fails, relaxes when memory frees up), ordered accumulation's
+ * sum in the predictions, metrics, resume. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,9 @@ static void on_log(void *user, const char *line)
     snprintf(r->log + used, sizeof r->log - used, "%s\n", line);
 }
 
+/* The memory threshold of the next rigs' trainers (0: the default). */
+static double rig_threshold;
+
 static void rig_open(rig *r, int relax_window, const char *metrics)
 {
     memset(r, 0, sizeof *r);
@@ -97,6 +101,8 @@ static void rig_open(rig *r, int relax_window, const char *metrics)
     tc.total_steps = 1000;
     tc.relax_window = relax_window;
     tc.metrics_path = metrics;
+    if (rig_threshold > 0)
+        tc.memory_threshold = rig_threshold;
     assert_int_equal(llmt_trainer_create(&r->tr, &p, &tc), LLMT_OK);
     assert_int_equal(llmt_trainer_set_log(r->tr, on_log, r), LLMT_OK);
 }
@@ -217,6 +223,69 @@ static void test_fails_fast_when_nothing_fits(void **state)
     rig_close(&r);
 }
 
+/* One step of r, which must succeed at micro-batch micro (0: any). */
+static llmt_step_report step_at(rig *r, int32_t micro)
+{
+    llmt_step_report rep = {.version = LLMT_STEP_REPORT_VERSION};
+    if (llmt_trainer_step(r->tr, &rep) != LLMT_OK)
+        fail_msg("step %lld: %s\n%s", (long long)llmt_trainer_step_index(r->tr) + 1,
+                 llmt_error_last(), r->log);
+    if (micro)
+        assert_int_equal(rep.micro_batch, micro);
+    return rep;
+}
+
+/* Ordered accumulation holds an fp32 sum of every gradient while a batch
+ * has several micro-batches, and the controller counts it. With room (the
+ * budget less what the trainer holds) for a quarter micro-batch with full
+ * recompute and the sum, not for half of one with the sum (though for half
+ * of one alone), the step that does not fit at B is retried once, at B/4:
+ * the prediction is exact (it used to pick B/2, whose sum then did not
+ * fit: a second retry). The run is bitwise one that slices at B/4 in order
+ * from the start. */
+static void test_ordered_sum_is_predicted(void **state)
+{
+    (void)state;
+    rig free_run, tight;
+    rig_open(&free_run, 1000, NULL);
+    rig_threshold = 1.0; /* only a failed allocation escalates */
+    rig_open(&tight, 1000, NULL);
+    rig_threshold = 0;
+    assert_int_equal(llmt_slicer_set_accumulation(free_run.slicer, LLMT_ACCUMULATE_ORDERED),
+                     LLMT_OK);
+    assert_int_equal(llmt_slicer_set_micro_batch(free_run.slicer, B / 4), LLMT_OK);
+    assert_int_equal(llmt_slicer_set_accumulation(tight.slicer, LLMT_ACCUMULATE_ORDERED),
+                     LLMT_OK);
+    /* Placed by its owner: the controller keeps the state on the device. */
+    assert_int_equal(llmt_optimizer_set_offload(tight.opt, LLMT_OFFLOAD_OPTIMIZER, 0), LLMT_OK);
+    const uint64_t sum = (uint64_t)llmt_model_num_params(tight.model) * sizeof(float);
+    const uint64_t half = arena(&tight, B / 2, LLMT_RECOMPUTE_FULL);
+    const uint64_t quarter = arena(&tight, B / 4, LLMT_RECOMPUTE_FULL);
+    const uint64_t room = quarter + sum + (half - quarter) / 2;
+    /* The case: B itself does not fit at any recompute, half of a batch
+     * would without its sum. */
+    assert_true(arena(&tight, B, LLMT_RECOMPUTE_FULL) > room && half <= room && half + sum > room);
+    const uint64_t budget = in_use(&tight) + room;
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    int retries = 0;
+    for (int i = 0; i < 4; i++) {
+        llmt_step_report b = step_at(&tight, i ? B / 4 : 0), a = step_at(&free_run, B / 4);
+        assert_int_equal(b.micro_batch, B / 4);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        assert_true(b.mem_peak <= budget);
+        retries += b.retries;
+    }
+    assert_int_equal(retries, 1);
+    assert_contains(tight.log, "step 1: out of memory");
+    size_t n = (size_t)llmt_model_num_params(free_run.model);
+    float *wa = test_all_params(free_run.model), *wb = test_all_params(tight.model);
+    assert_memory_equal(wa, wb, n * sizeof *wa);
+    free(wa);
+    free(wb);
+    rig_close(&free_run);
+    rig_close(&tight);
+}
+
 static void test_threshold_escalates_before_failure_and_relaxes(void **state)
 {
     (void)state;
@@ -309,6 +378,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adapts_to_a_budget_the_batch_does_not_fit),
         cmocka_unit_test(test_fails_fast_when_nothing_fits),
+        cmocka_unit_test(test_ordered_sum_is_predicted),
         cmocka_unit_test(test_threshold_escalates_before_failure_and_relaxes),
         cmocka_unit_test(test_arguments),
     };
