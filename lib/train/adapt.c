@@ -313,7 +313,11 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
                     int64_t agreed)
 {
     llmt_controller *c = &tr->ctl;
-    int64_t target = agreed <= c->max ? agreed : cd->least;
+    /* None under the threshold: the lowest prediction, which in data
+     * parallel (no ordered sum: the bytes never rise along the ladder) is
+     * max on every rank; taken as max there, so the ranks agree whatever
+     * their own bytes. */
+    int64_t target = agreed <= c->max ? agreed : comm_of(tr) ? c->max : cd->least;
     uint64_t next = 0;
     LLMT_TRY(llmt_controller_bytes(c, target, &next));
     char from[320], to[320];
