@@ -14,6 +14,7 @@
 #include "llmt/plan.h"
 #include "model/grad_place.h"
 #include "model/model_internal.h"
+#include "model/ordered_sum.h"
 #include "ops/cpu/cpu_backend.h"
 #include "optim/offload.h"
 #include "optim/optim_internal.h"
@@ -85,15 +86,6 @@ static int check_offload_fields(const llmt_plan_config *c, const char *fn)
     if (c->world_size > 0)
         LLMT_TRY(llmt_offload_check_sharded(fn, "cfg->offload_parts (with cfg->world_size)",
                                             c->offload_parts));
-    /* The slicer refuses to sum micro-batches in order into offloaded
-     * gradients (and the ordered sum is what extra_grads counts). */
-    int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
-    if ((c->offload_parts & LLMT_OFFLOAD_GRADS) && c->ordered_accumulation &&
-        batch > c->micro_batch)
-        return llmt_fail(LLMT_EUNSUPPORTED, "%s: cfg->offload_parts = %d (gradient offload) with "
-                         "cfg->ordered_accumulation = 1 and batch_size %d in micro-batches of %d: "
-                         "ordered accumulation with gradient offload is not built", fn,
-                         c->offload_parts, batch, c->micro_batch);
     return LLMT_OK;
 }
 
@@ -278,16 +270,17 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     /* Gradient offload (never with a communicator): [0, grad_split) on the
      * host, the rest and one bucket on the device (grad_split and bucket
      * are 0 without it). */
-    uint64_t host_state = shard.host + (uint64_t)n.grad_split * e;
     /* Without a communicator, an ordered slicer sums each micro-batch's
-     * gradient into one more buffer, fp32 in every mode (slicer.c), when
-     * the batch has more than one. */
+     * gradient into one more buffer, fp32 in every mode, split as the
+     * gradients are (ordered_sum.h), when the batch has more than one. */
     int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
-    int extra_grads = c->world_size == 0 && c->ordered_accumulation && batch > c->micro_batch;
+    uint64_t sum_device = 0, sum_host = 0;
+    if (c->world_size == 0 && c->ordered_accumulation && batch > c->micro_batch)
+        llmt_ordered_sum_bytes(params, n.grad_split, &sum_device, &sum_host);
+    uint64_t host_state = shard.host + (uint64_t)n.grad_split * e + sum_host;
     memset(out->bytes, 0, sizeof out->bytes);
     out->bytes[LLMT_MEM_PARAMS] = (uint64_t)params * e;
-    out->bytes[LLMT_MEM_GRADS] = (uint64_t)(params - n.grad_split + n.bucket) * e +
-                                 (extra_grads ? (uint64_t)params * sizeof(float) : 0) +
+    out->bytes[LLMT_MEM_GRADS] = (uint64_t)(params - n.grad_split + n.bucket) * e + sum_device +
                                  shard.grad_sum;
     out->bytes[LLMT_MEM_OPTIMIZER] = shard.optimizer;
     out->bytes[LLMT_MEM_HOST_STATE] = host_state;
@@ -423,14 +416,6 @@ static int fit(const llmt_backend_ops *ops, int num_threads, const llmt_plan_con
     c.layer_recompute = NULL;
     c.batch_size = cfg->batch_size ? cfg->batch_size : cfg->micro_batch; /* stays as b halves */
     int offload = offload_layers && cfg->offload_parts != LLMT_OFFLOAD_NONE;
-    /* Halving the micro-batch splits the batch, which an ordered slicer
-     * cannot do into offloaded gradients (check_offload_fields). */
-    if ((cfg->offload_parts & LLMT_OFFLOAD_GRADS) && cfg->ordered_accumulation &&
-        c.batch_size > 1)
-        return llmt_fail(LLMT_EUNSUPPORTED, "%s: cfg->offload_parts = %d (gradient offload) with "
-                         "cfg->ordered_accumulation = 1: the fit may split the batch of %d into "
-                         "micro-batches, and ordered accumulation with gradient offload is not "
-                         "built", fn, cfg->offload_parts, c.batch_size);
     llmt_plan p = LLMT_PLAN_INIT;
     uint64_t host = 0; /* p's host bytes as the fit compares them (plan's most_host) */
     int rc;

@@ -6,17 +6,16 @@
 #include "llmt/slicer.h"
 #include "model/grad_place.h"
 #include "model/model_internal.h"
+#include "model/ordered_sum.h"
 #include "model/slicer_internal.h"
 
 struct llmt_slicer {
     llmt_model *model;
     int32_t micro_batch;
     int32_t accumulation; /* llmt_accumulation */
-    /* Ordered accumulation: the num_params fp32 values the micro-batches'
-     * gradients are added to (GRADIENTS). At the end of a batch it is
-     * swapped with the model's gradients in fp32, and rounded once into
-     * them in the 16-bit modes. */
-    llmt_buf sum;
+    /* Ordered accumulation: the fp32 sum the micro-batches' gradients are
+     * added to, laid out as the gradients are (ordered_sum.h). */
+    llmt_ordered_sum sum;
 };
 
 int llmt_slicer_create(llmt_slicer **out, llmt_model *model, int32_t micro_batch)
@@ -39,7 +38,7 @@ int llmt_slicer_create(llmt_slicer **out, llmt_model *model, int32_t micro_batch
 void llmt_slicer_free(llmt_slicer *s)
 {
     if (s)
-        llmt_buf_free(s->model->ctx, &s->sum);
+        llmt_ordered_sum_release(&s->sum, s->model->ctx);
     free(s);
 }
 
@@ -52,7 +51,7 @@ int llmt_slicer_set_accumulation(llmt_slicer *s, int32_t accumulation)
                          "llmt_accumulation", accumulation);
     s->accumulation = accumulation;
     if (accumulation == LLMT_ACCUMULATE_IN_PLACE)
-        llmt_buf_free(s->model->ctx, &s->sum);
+        llmt_ordered_sum_release(&s->sum, s->model->ctx);
     return LLMT_OK;
 }
 
@@ -84,44 +83,22 @@ static int64_t counted(const int32_t *targets, int64_t n)
     return c;
 }
 
-uint64_t llmt_slicer_sum_bytes(const llmt_slicer *s, int32_t batch, int32_t micro)
+void llmt_slicer_sum_bytes(const llmt_slicer *s, int32_t batch, int32_t micro, int64_t grad_split,
+                           uint64_t *device, uint64_t *host)
 {
-    if (s->accumulation != LLMT_ACCUMULATE_ORDERED || micro >= batch)
-        return 0;
-    return (uint64_t)s->model->num_params * sizeof(float); /* as ordered_begin allocates */
+    *device = *host = 0;
+    if (s->accumulation == LLMT_ACCUMULATE_ORDERED && micro < batch)
+        llmt_ordered_sum_bytes(s->model->num_params, grad_split, device, host);
+}
+
+uint64_t llmt_slicer_sum_host_held(const llmt_slicer *s)
+{
+    return s->sum.host.bytes;
 }
 
 void llmt_slicer_release_sum(llmt_slicer *s)
 {
-    llmt_buf_free(s->model->ctx, &s->sum);
-}
-
-/* Ordered accumulation over several micro-batches starts: the sum (fp32,
- * allocated at first use) holds the model's gradients as they are now. */
-static int ordered_begin(llmt_slicer *s)
-{
-    llmt_model *m = s->model;
-    LLMT_TRY(llmt_grads_ensure(m));
-    if (!s->sum.ptr)
-        LLMT_TRY(llmt_buf_alloc(m->ctx, &s->sum, LLMT_MEM_GRADS,
-                                (size_t)m->num_params * sizeof(float), "ordered gradient sum"));
-    if (m->dt == LLMT_DTYPE_F32)
-        return m->ops->copy_on_device(m->dev, s->sum.ptr, m->grads.ptr, m->grads.bytes);
-    return m->ops->cast(m->dev, s->sum.ptr, LLMT_DTYPE_F32, m->grads.ptr, m->dt, m->num_params);
-}
-
-/* The sum becomes the model's gradients: swapped in for fp32, else rounded
- * to the model's dtype once (to nearest even). */
-static int ordered_end(llmt_slicer *s)
-{
-    llmt_model *m = s->model;
-    if (m->dt != LLMT_DTYPE_F32)
-        return m->ops->cast(m->dev, m->grads.ptr, m->dt, s->sum.ptr, LLMT_DTYPE_F32,
-                            m->num_params);
-    llmt_buf t = m->grads;
-    m->grads = s->sum;
-    s->sum = t;
-    return LLMT_OK;
+    llmt_ordered_sum_release(&s->sum, s->model->ctx);
 }
 
 int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const int32_t *targets,
@@ -139,15 +116,8 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
     /* Ordered: the sum starts as the gradients held now and each
      * micro-batch's gradient, computed alone, is added to it in order. */
     const int ordered = s->accumulation == LLMT_ACCUMULATE_ORDERED && b < batch;
-    if (ordered && m->grad_split > 0)
-        return llmt_fail(LLMT_EUNSUPPORTED,
-                         "%s: ordered accumulation (LLMT_ACCUMULATE_ORDERED, %d micro-batches "
-                         "of %d) with gradient offload (LLMT_OFFLOAD_GRADS) is not supported: "
-                         "the ordered sum needs every gradient on the device; use "
-                         "LLMT_ACCUMULATE_IN_PLACE or offload the optimizer only",
-                         fn, (batch + b - 1) / b, b);
     if (!ordered) /* a batch in one micro-batch holds no sum (as planned) */
-        llmt_buf_free(m->ctx, &s->sum);
+        llmt_ordered_sum_release(&s->sum, m->ctx);
     /* Exactly one micro-batch's arena: a smaller last slice runs inside it. */
     if (!m->have_arena || m->layout.batch != b || m->layout.seq != seq_len ||
         memcmp(m->arena_flags, m->rc_flags, (size_t)m->dims.layers) != 0) {
@@ -157,7 +127,7 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
     }
     int64_t total = counted(targets, (int64_t)batch * seq_len);
     if (ordered)
-        LLMT_TRY(ordered_begin(s));
+        LLMT_TRY(llmt_ordered_sum_begin(&s->sum, m));
     double loss_sum = 0.0;
     for (int32_t first = 0; first < batch; first += b) {
         int32_t rows = batch - first < b ? batch - first : b;
@@ -169,13 +139,13 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
                                              grad_scale, total > 0 ? (double)total : 1.0,
                                              &slice_loss);
         if (!rc && ordered)
-            rc = m->ops->accumulate(m->dev, s->sum.ptr, m->grads.ptr, m->num_params, m->dt);
+            rc = llmt_ordered_sum_add(&s->sum, m);
         if (rc)
             return rc;
         loss_sum += slice_loss * (double)counted(targets + off, (int64_t)rows * seq_len);
     }
     if (ordered)
-        LLMT_TRY(ordered_end(s));
+        LLMT_TRY(llmt_ordered_sum_end(&s->sum, m));
     if (loss)
         *loss = total > 0 ? loss_sum / (double)total : 0.0;
     return LLMT_OK;

@@ -41,7 +41,7 @@ static int place(llmt_trainer *tr, int64_t k)
 {
     llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
     LLMT_TRY(llmt_context_memory_stats(tr->ctx, &ms));
-    return llmt_controller_place(&tr->ctl, tr->parts.optimizer, k, ms.budget, ms.total_current);
+    return llmt_controller_place(&tr->ctl, k, ms.budget, ms.total_current);
 }
 
 /* Moves to notch k: frees the arena laid out for the old one and the
@@ -119,6 +119,7 @@ static int set_cap(llmt_trainer *tr, int64_t step)
     if (cap == c->cap)
         return LLMT_OK;
     c->cap = cap;
+    llmt_controller_snap(c);
     char held[160];
     capped_text(c, held, sizeof held);
     if (cap == top)
@@ -452,7 +453,9 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
             char held[160];
             capped_text(c, held, sizeof held);
             snprintf(offloaded, sizeof offloaded, " and %s offloaded%s", held,
-                     c->cap <= c->layers ? " (what the host budget holds)" : "");
+                     c->cap > c->layers ? ""
+                     : comm ? " (what the tightest rank's host budget holds)"
+                            : " (what the host budget holds)");
         }
         return llmt_fail(LLMT_ENOMEM, "step %lld does not fit: micro-batch 1 with full recompute%s "
                          "needs %llu bytes of activations and workspace%s (the planner's figure), "

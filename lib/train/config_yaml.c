@@ -633,12 +633,6 @@ int llmt_train_config_check(const llmt_train_config *c)
          c->optimizer.offload_layers > c->model.num_layers))
         return llmt_fail(LLMT_EINVAL, "optimizer.offload_layers = %d is neither all nor in 0..%d "
                          "(model.num_layers)", c->optimizer.offload_layers, c->model.num_layers);
-    /* The trainer refuses it: its controller may split the batch. */
-    if ((c->optimizer.offload_parts & LLMT_OFFLOAD_GRADS) &&
-        c->accumulation == LLMT_ACCUMULATE_ORDERED)
-        return llmt_fail(LLMT_EUNSUPPORTED, "optimizer.offload = optimizer+grads with "
-                         "batch.accumulation = ordered: ordered accumulation with gradient "
-                         "offload is not built (use in_place, or optimizer.offload: optimizer)");
     if (c->optimizer.schedule != LLMT_SCHEDULE_CONSTANT &&
         c->optimizer.total_steps <= c->optimizer.warmup_steps)
         return llmt_fail(LLMT_EINVAL, "schedule.total_steps = %lld must exceed "

@@ -62,6 +62,14 @@ static int32_t rung_layers(const llmt_controller *c, int64_t r)
     return r <= c->layers ? (int32_t)r : LLMT_OFFLOAD_ALL_LAYERS;
 }
 
+/* The offload rung notch k places at when the cap is `cap`. */
+static int64_t placed_rung(const llmt_controller *c, int64_t k, int32_t cap)
+{
+    int64_t rc_top = recompute_top(c), off_top = rc_top + c->layers + 1;
+    int64_t rung = k <= rc_top ? 0 : k < off_top ? k - rc_top : c->layers + 1;
+    return rung < cap ? rung : cap;
+}
+
 void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, int32_t *micro,
                            int32_t *offload_layers)
 {
@@ -70,8 +78,7 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
     int64_t extra = k < rc_top ? k % c->layers : 0;
     for (int32_t l = 0; l < c->layers; l++)
         flags[l] = ladder[level + (l < extra ? 1 : 0)];
-    int64_t rung = k <= rc_top ? 0 : k < off_top ? k - rc_top : c->layers + 1;
-    *offload_layers = rung_layers(c, rung < c->cap ? rung : c->cap);
+    *offload_layers = rung_layers(c, placed_rung(c, k, c->cap));
     int32_t b = c->base_micro;
     for (int64_t h = off_top; h < k; h++)
         b = (b + 1) / 2;
@@ -82,6 +89,20 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
 static int32_t rung_parts(const llmt_controller *c, int32_t offload_layers)
 {
     return offload_layers ? c->parts : c->rest_parts;
+}
+
+/* The gradient split at a notch with offload_layers offloaded: the
+ * placed optimizer's rung's (0 where its parts keep the gradients on the
+ * device), else the model's (placed by the optimizer's owner, which the
+ * notches do not move). */
+static int64_t notch_grad_split(const llmt_controller *c, int32_t offload_layers)
+{
+    if (!c->opt)
+        return c->model->grad_split;
+    int32_t parts = rung_parts(c, offload_layers);
+    return parts & LLMT_OFFLOAD_GRADS
+               ? llmt_grad_split(llmt_offload_split(c->opt, parts, offload_layers))
+               : 0;
 }
 
 /* Device bytes of what the controller places, with offload_layers
@@ -102,7 +123,7 @@ static uint64_t device_state_bytes(const llmt_controller *c, int32_t offload_lay
     llmt_optimizer_sizes(m->cfg.precision, o->end - split, &moment, &master);
     uint64_t bytes = 2 * (uint64_t)moment + master;
     if (c->parts & LLMT_OFFLOAD_GRADS) {
-        int64_t gs = parts & LLMT_OFFLOAD_GRADS ? llmt_grad_split(split) : 0;
+        int64_t gs = notch_grad_split(c, offload_layers);
         int64_t elems = m->num_params - gs + llmt_grad_bucket_elems(m, gs, m->ops->host_memory);
         bytes += (uint64_t)elems * llmt_dtype_size(m->dt);
     }
@@ -120,17 +141,21 @@ int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
     int rc = llmt_layout_compute(&c->model->cfg, flags, micro, c->seq, c->model->dev->num_threads,
                                  c->model->ops, 0, &lay);
     free(flags);
+    uint64_t sum_device = 0, sum_host = 0;
+    if (!rc && c->slicer)
+        llmt_slicer_sum_bytes(c->slicer, c->batch, micro, notch_grad_split(c, offload), &sum_device,
+                              &sum_host);
     if (!rc)
-        *bytes = (uint64_t)lay.act_bytes + lay.work_bytes +
-                 (c->slicer ? llmt_slicer_sum_bytes(c->slicer, c->batch, micro) : 0) +
+        *bytes = (uint64_t)lay.act_bytes + lay.work_bytes + sum_device +
                  (c->opt ? device_state_bytes(c, offload) : 0);
     return rc;
 }
 
 /* Host bytes of what the controller places with offload_layers
- * offloaded, as the optimizer and the model allocate them (HOST_STATE):
- * the optimizer's host segment [first, split) with its staging, and, when
- * the rung offloads gradients, the host gradients [0, gradient split). */
+ * offloaded, as the optimizer, the model and the slicer allocate them
+ * (HOST_STATE): the optimizer's host segment [first, split) with its
+ * staging, and, when the rung offloads gradients, the host gradients
+ * [0, gradient split) and an ordered slicer's sum of them. */
 static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layers)
 {
     const llmt_optimizer *o = c->opt;
@@ -143,15 +168,25 @@ static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layer
                      llmt_offload_staging_bytes(m->ops->host_memory, split - o->first, w);
     if (parts & LLMT_OFFLOAD_GRADS)
         bytes += (uint64_t)llmt_grad_split(split) * w;
-    return bytes;
+    /* An ordered slicer's sum keeps the gradients' host segment too at a
+     * notch of several micro-batches: counted at every rung, as at the
+     * smaller micro-batches that keep the cap's placement (one more than
+     * a rung holding the batch whole needs). */
+    uint64_t sum_device = 0, sum_host = 0;
+    if (c->slicer)
+        llmt_slicer_sum_bytes(c->slicer, c->batch, 1, notch_grad_split(c, offload_layers),
+                              &sum_device, &sum_host);
+    return bytes + sum_host;
 }
 
-/* Host bytes the placed optimizer's state and the model's offloaded
- * gradients hold now. */
-static uint64_t held_host_bytes(const llmt_optimizer *o)
+/* Host bytes the placed optimizer's state, the model's offloaded
+ * gradients and the ordered sum's host segment hold now. */
+static uint64_t held_host_bytes(const llmt_controller *c)
 {
+    const llmt_optimizer *o = c->opt;
     return (uint64_t)o->hm.bytes + o->hv.bytes + o->hmaster.bytes + o->stage_g.bytes +
-           o->stage_w.bytes + o->model->host_grads.bytes;
+           o->stage_w.bytes + o->model->host_grads.bytes +
+           (c->slicer ? llmt_slicer_sum_host_held(c->slicer) : 0);
 }
 
 int32_t llmt_controller_host_cap(const llmt_controller *c)
@@ -160,13 +195,22 @@ int32_t llmt_controller_host_cap(const llmt_controller *c)
     if (!c->opt || !c->opt->model->ctx->host_budget)
         return cap;
     const llmt_context *ctx = c->opt->model->ctx;
-    uint64_t in_use = ctx->current[LLMT_MEM_HOST_STATE], held = held_host_bytes(c->opt);
-    uint64_t other = in_use > held ? in_use - held : 0;
+    const uint64_t budget = ctx->host_budget, in_use = ctx->current[LLMT_MEM_HOST_STATE];
+    const uint64_t held = held_host_bytes(c), other = in_use > held ? in_use - held : 0;
     /* Host bytes never fall as the rungs climb. */
-    while (cap > 0 && other + host_state_bytes(c, rung_layers(c, cap)) > ctx->host_budget)
+    while (cap > 0 && other + host_state_bytes(c, rung_layers(c, cap)) > budget)
+        cap--;
+    /* A rise that moves the current notch's state (a passed-over rung or a
+     * smaller micro-batch, placed as the cap) goes no higher than the host
+     * holds beside the placement it leaves: the move holds both. */
+    const int64_t now = placed_rung(c, c->notch, c->cap);
+    while (cap > c->cap && placed_rung(c, c->notch, cap) != now &&
+           other + held + host_state_bytes(c, rung_layers(c, placed_rung(c, c->notch, cap))) >
+               budget)
         cap--;
     return cap;
 }
+
 
 uint64_t llmt_controller_placed_bytes(const llmt_controller *c)
 {
@@ -209,7 +253,7 @@ static int fail_after_going_back(llmt_controller *c, int rc, int32_t parts, int3
                      "it until the next decision places it", first, llmt_error_last());
 }
 
-/* Offloads `to` layers (the cap's, at least one) from the placement (now,
+/* Offloads `to` layers (at least one) from the placement (now,
  * now_layers). With the gradients on the device (now_layers 0) and
  * gradient offload allowed, the optimizer's state moves first, freeing its
  * device bytes before the gradients' move allocates their device segment
@@ -247,14 +291,8 @@ int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place)
     return LLMT_OK;
 }
 
-int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, uint64_t budget,
-                          uint64_t in_use)
+int llmt_controller_place(llmt_controller *c, int64_t k, uint64_t budget, uint64_t in_use)
 {
-    if (!c->attached) {
-        int placeable = 0;
-        LLMT_TRY(llmt_controller_placeable(opt, &placeable));
-        LLMT_TRY(llmt_controller_attach(c, opt, placeable));
-    }
     if (!c->opt)
         return LLMT_OK;
     uint8_t *flags = malloc((size_t)c->layers);
@@ -274,7 +312,10 @@ int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, ui
     int via_cap = budget && target != cap_layers && in_use + device_state_bytes(c, target) > budget;
     if (via_cap)
         LLMT_TRY(offload_to(c, cap_layers, now, layers));
-    int rc = llmt_optimizer_set_offload(c->opt, rung_parts(c, target), target);
+    /* From the device (not through the cap), offload_to moves the state
+     * before the gradients. */
+    int rc = via_cap || !target ? llmt_optimizer_set_offload(c->opt, rung_parts(c, target), target)
+                                : offload_to(c, target, now, layers);
     if (rc && via_cap) /* back where it was, if that fits; the refusal is the message */
         return fail_after_going_back(c, rc, now, layers);
     return rc;
@@ -290,6 +331,12 @@ static int idle_rung(const llmt_controller *c, int64_t k)
 {
     int64_t rung = k - recompute_top(c);
     return rung > 0 && rung <= c->layers + 1 && (!c->opt || rung > c->cap);
+}
+
+void llmt_controller_snap(llmt_controller *c)
+{
+    if (idle_rung(c, c->notch))
+        c->notch = recompute_top(c) + (c->opt ? c->cap : 0);
 }
 
 int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k)

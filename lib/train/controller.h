@@ -49,8 +49,7 @@ typedef struct llmt_controller {
     int32_t base_level;      /* ladder level the configuration starts at */
     int32_t base_micro;      /* micro-batch the configuration starts at */
     int64_t notch, base, max; /* current, lowest allowed, highest */
-    /* Set by llmt_controller_attach (the first llmt_controller_place
-     * attaches when nothing did): the optimizer whose state the offload
+    /* Set by llmt_controller_attach: the optimizer whose state the offload
      * rungs place, or NULL when they do not (placed by its owner, or the
      * ranks of a sharded one disagreed); the parts its offload rungs
      * offload (LLMT_OFFLOAD_OPTIMIZER, or with LLMT_OFFLOAD_GRADS where the
@@ -103,31 +102,38 @@ int llmt_controller_apply(llmt_controller *c, int64_t k, llmt_recompute *rc, llm
  * offload state and gradients). *placeable receives 1 or 0. */
 int llmt_controller_placeable(const llmt_optimizer *opt, int *placeable);
 
-/* Makes the decision once: the offload rungs place opt when `place` is
- * nonzero (which llmt_controller_placeable must allow), else nothing. A
- * data-parallel run attaches with the ranks' agreed decision before its
- * first llmt_controller_place, so that the ladders are the same. */
+/* Makes the decision once, before the first llmt_controller_place: the
+ * offload rungs place opt when `place` is nonzero (which
+ * llmt_controller_placeable must allow), else nothing. A data-parallel run
+ * attaches with the ranks' agreed decision, so that the ladders are the
+ * same. */
 int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place);
 
-/* Attaches on the first call (when nothing did) with opt's own
- * llmt_controller_placeable. Then moves a placed
- * optimizer's state to notch k's offload (nothing when it is there already);
+/* Moves the placed optimizer's state (nothing when the controller places
+ * none) to notch k's offload (nothing when it is there already);
  * when the new device segment would not fit beside the old one under
  * budget (0: none) with in_use bytes allocated, it moves through the
  * cap's placement (with no cap: everything offloaded, no device bytes),
  * which needs fewer device bytes than the end state. On failure (LLMT_ENOMEM
  * naming the budget or host budget) the placement is as it was, or, should
  * going back fail too, as the message says. */
-int llmt_controller_place(llmt_controller *c, llmt_optimizer *opt, int64_t k, uint64_t budget,
-                          uint64_t in_use);
+int llmt_controller_place(llmt_controller *c, int64_t k, uint64_t budget, uint64_t in_use);
 
 /* The heaviest offload rung (as llmt_controller's cap) whose placement
  * fits the context's host budget beside the host_state bytes in use that
  * are not the placed optimizer's (its state, staging and offloaded
- * gradients, as allocated now); layers + 1 without a host budget or a
- * placed optimizer. A placement is held twice while it moves, so a move
- * between two rungs under the cap may still be refused. */
+ * gradients, and an ordered slicer's sum, as allocated now); layers + 1
+ * without a host budget or a placed optimizer. A rise above the current
+ * cap that moves the current notch's state goes no higher than the host
+ * holds beside the placement it leaves (the move holds both). A placement
+ * is held twice while it moves, so an escalation or relaxation between two
+ * rungs under the cap may still be refused. */
 int32_t llmt_controller_host_cap(const llmt_controller *c);
+
+/* After the cap changed: a current notch on a passed-over offload rung
+ * becomes the cap's rung, which has its configuration, so that relaxing
+ * from it changes something. */
+void llmt_controller_snap(llmt_controller *c);
 
 /* The notch below k that changes something (the offload rungs of an
  * unplaced optimizer, or above the cap, change nothing); k itself when k

@@ -83,13 +83,6 @@ static int check_parts(const llmt_trainer_parts *p, const llmt_trainer_config *c
         return llmt_fail(LLMT_EINVAL, "%s: cfg->memory_threshold = %g, hysteresis = %g, "
                          "relax_window = %d (need 0 < hysteresis < threshold <= 1, window >= 1)",
                          fn, c->memory_threshold, c->hysteresis, c->relax_window);
-    /* Refused here rather than at the first step that slices (the
-     * controller may slice later). */
-    if (p->slicer && llmt_slicer_accumulation(p->slicer) == LLMT_ACCUMULATE_ORDERED &&
-        (p->optimizer->offload_parts & LLMT_OFFLOAD_GRADS))
-        return llmt_fail(LLMT_EUNSUPPORTED, "%s: ordered accumulation with gradient offload is "
-                         "not built (use in-place accumulation, or offload the optimizer's "
-                         "state alone)", fn);
     /* In a data-parallel run only rank 0 holds the store. */
     const llmt_comm *comm = p->optimizer->comm;
     int needs_store = !comm || llmt_comm_rank(comm) == 0;

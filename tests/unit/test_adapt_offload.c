@@ -37,6 +37,9 @@ static llmt_comm *shard_comm;
  * controller's base notch. */
 static int32_t rig_recompute = LLMT_RECOMPUTE_NONE;
 
+/* The micro-batch the next rigs' slicers start with: the base notch's. */
+static int32_t rig_micro = B;
+
 static int setup(void **state)
 {
     (void)state;
@@ -116,7 +119,7 @@ static void rig_open_as(rig *r, int precision, int relax_window, const char *sto
         assert_int_equal(llmt_optimizer_create(&r->opt, r->model, &oc), LLMT_OK);
     assert_int_equal(llmt_recompute_create(&r->rc, r->model), LLMT_OK);
     assert_int_equal(llmt_recompute_set_layers(r->rc, 0, LAYERS, rig_recompute), LLMT_OK);
-    assert_int_equal(llmt_slicer_create(&r->slicer, r->model, B), LLMT_OK);
+    assert_int_equal(llmt_slicer_create(&r->slicer, r->model, rig_micro), LLMT_OK);
     assert_int_equal(llmt_loader_open(&r->loader, r->ctx, paths, 1, &lc), LLMT_OK);
     if (store_dir) {
         llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
@@ -399,6 +402,30 @@ static void check_host_cap(llmt_comm *comm)
                     "offload rungs above are passed over");
     assert_contains(tight.log, "step 1: out of memory");
     assert_contains(tight.log, "optimizer state offloaded: embedding and layers 0-0; micro-batch");
+    /* A host budget of everything offloaded would hold rung 2, but not
+     * beside rung 1 while the state moves there: the cap stays (it used to
+     * rise, the move be refused at every decision and the controller
+     * stay stuck); with no host budget it rises to all, the state moves,
+     * and the run goes on bitwise. */
+    const uint64_t all = plan_placed(&tight, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS).host_peak;
+    assert_true(rung1.host_peak + rung2.host_peak > all && rung2.host_peak <= all);
+    assert_int_equal(llmt_context_set_host_budget(tight.ctx, all), LLMT_OK);
+    for (int i = 0; i < 2; i++) {
+        llmt_step_report b = step_at(&tight, micro), a = step_at(&free_run, micro);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    }
+    assert_int_equal(ctl->cap, 1);
+    assert_null(strstr(tight.log, "stays placed as it is"));
+    assert_int_equal(llmt_context_set_host_budget(tight.ctx, 0), LLMT_OK);
+    for (int i = 0; i < 2; i++) {
+        llmt_step_report b = step_at(&tight, micro), a = step_at(&free_run, micro);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    }
+    assert_int_equal(ctl->cap, LAYERS + 1);
+    assert_contains(tight.log, "the host holds all of the optimizer state");
+    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(layers, LLMT_OFFLOAD_ALL_LAYERS);
+    assert_null(strstr(tight.log, "stays placed as it is"));
     assert_same_state(&free_run, &tight);
     rig_close(&free_run);
     rig_close(&tight);
@@ -525,34 +552,68 @@ static void test_grads_offload_instead_of_a_smaller_micro_batch(void **state)
     rig_close(&alone);
 }
 
-/* A trainer whose optimizer may offload the gradients refuses an ordered
- * slicer at creation (it cannot sum micro-batches into offloaded
- * gradients), rather than at the first step that slices. */
-static void test_ordered_accumulation_refused_with_grads(void **state)
+/* The plan of the rig's model at micro-batch B/2 of a batch of B summed
+ * in order, full recompute, with offload_parts of `layers` offloaded. */
+static llmt_plan plan_ordered(rig *r, int32_t offload_parts, int32_t layers)
+{
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    llmt_model_get_config(r->model, &pc.model);
+    pc.micro_batch = B / 2;
+    pc.batch_size = B;
+    pc.ordered_accumulation = 1;
+    pc.seq_len = pc.model.max_seq_len;
+    pc.recompute = LLMT_RECOMPUTE_FULL;
+    pc.offload_parts = offload_parts;
+    pc.offload_layers = layers;
+    llmt_plan p = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(r->ctx, &pc, &p), LLMT_OK);
+    return p;
+}
+
+/* An ordered slicer at micro-batch B/2 (the fp32 sum of every gradient,
+ * split as the gradients are) and an optimizer whose owner allows
+ * gradient offload, under the budget that fits with everything offloaded:
+ * step 1 runs out of memory, the controller offloads state and gradients
+ * (the sum's host part with them) without halving again, every step
+ * completes with one retry in all, the measured GRADS and HOST_STATE are
+ * the plan's for the placement taken, and the run is bitwise an
+ * unconstrained ordered one at B/2. */
+static void test_ordered_accumulation_with_grads(void **state)
 {
     (void)state;
-    rig r;
-    rig_open_as(&r, LLMT_PRECISION_FP32, 1000, NULL, T,
-                LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS);
-    llmt_trainer_free(r.tr);
-    r.tr = NULL;
-    assert_int_equal(llmt_slicer_set_accumulation(r.slicer, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
-    llmt_trainer_parts p = LLMT_TRAINER_PARTS_INIT;
-    p.model = r.model;
-    p.optimizer = r.opt;
-    p.recompute = r.rc;
-    p.slicer = r.slicer;
-    p.loader = r.loader;
-    llmt_trainer_config tc = LLMT_TRAINER_CONFIG_INIT;
-    tc.batch_size = B;
-    tc.seq_len = T;
-    assert_int_equal(llmt_trainer_create(&r.tr, &p, &tc), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "ordered accumulation with gradient offload");
-    assert_null(r.tr);
-    /* Without gradient offload the same parts are accepted. */
-    assert_int_equal(llmt_optimizer_set_offload(r.opt, LLMT_OFFLOAD_OPTIMIZER, 0), LLMT_OK);
-    assert_int_equal(llmt_trainer_create(&r.tr, &p, &tc), LLMT_OK);
-    rig_close(&r);
+    enum { STEPS = 4 };
+    const int32_t both = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    rig free_run, tight;
+    rig_micro = B / 2;
+    rig_open_as(&free_run, LLMT_PRECISION_BF16_MIXED, 1000, NULL, LONG_T, LLMT_OFFLOAD_NONE);
+    rig_open_as(&tight, LLMT_PRECISION_BF16_MIXED, 1000, NULL, LONG_T, both);
+    rig_micro = B;
+    assert_int_equal(llmt_slicer_set_accumulation(free_run.slicer, LLMT_ACCUMULATE_ORDERED),
+                     LLMT_OK);
+    assert_int_equal(llmt_slicer_set_accumulation(tight.slicer, LLMT_ACCUMULATE_ORDERED),
+                     LLMT_OK);
+    const uint64_t budget = plan_ordered(&tight, both, LLMT_OFFLOAD_ALL_LAYERS).peak;
+    assert_true(plan_ordered(&tight, LLMT_OFFLOAD_NONE, 0).peak > budget);
+    assert_int_equal(llmt_context_set_budget(tight.ctx, budget), LLMT_OK);
+    int retries = 0;
+    for (int i = 0; i < STEPS; i++) {
+        llmt_step_report a = step_at(&free_run, B / 2), b = step_at(&tight, B / 2);
+        assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+        assert_true(b.mem_peak <= budget);
+        retries += b.retries;
+    }
+    assert_int_equal(retries, 1);
+    assert_contains(tight.log, "optimizer state and gradients offloaded: ");
+    int32_t parts = 0, layers = 0;
+    assert_int_equal(llmt_optimizer_get_offload(tight.opt, &parts, &layers), LLMT_OK);
+    assert_int_equal(parts, both);
+    llmt_plan want = plan_ordered(&tight, both, layers);
+    llmt_memory_stats s = stats(&tight);
+    assert_int_equal(s.current[LLMT_MEM_GRADS], want.bytes[LLMT_MEM_GRADS]);
+    assert_int_equal(s.current[LLMT_MEM_HOST_STATE], want.bytes[LLMT_MEM_HOST_STATE]);
+    assert_same_state(&free_run, &tight);
+    rig_close(&free_run);
+    rig_close(&tight);
 }
 
 /* A move the host budget refuses half-way (through "all offloaded", then
@@ -697,7 +758,7 @@ int main(void)
         cmocka_unit_test(test_owner_placement_is_kept),
         cmocka_unit_test(test_resume_at_an_offload_notch),
         cmocka_unit_test(test_grads_offload_instead_of_a_smaller_micro_batch),
-        cmocka_unit_test(test_ordered_accumulation_refused_with_grads),
+        cmocka_unit_test(test_ordered_accumulation_with_grads),
         cmocka_unit_test(test_refused_move_counts_no_step),
         cmocka_unit_test(test_refused_escalation_keeps_the_step),
     };

@@ -533,6 +533,69 @@ static void test_offload_same_bits(void **state)
     }
 }
 
+/* N steps on CUDA of a batch of two sequences sliced one by one and summed
+ * in order (LLMT_ACCUMULATE_ORDERED), with the optimizer's state and
+ * gradients placed at (parts, layers) from creation. */
+static float *ordered_train(int precision, int32_t parts, int32_t layers, size_t *len)
+{
+    enum { N = 3, OT = 16 };
+    llmt_context *ctx = make_ctx(LLMT_BACKEND_CUDA);
+    llmt_model_config c = offload_config(precision, 0);
+    llmt_model *m = NULL;
+    llmt_optimizer *o = NULL;
+    llmt_slicer *sl = NULL;
+    llmt_optimizer_config oc = LLMT_OPTIMIZER_CONFIG_INIT;
+    oc.lr = 3e-3;
+    oc.offload_parts = parts;
+    oc.offload_layers = layers;
+    assert_int_equal(llmt_model_create(&m, ctx, &c), LLMT_OK);
+    assert_int_equal(llmt_optimizer_create(&o, m, &oc), LLMT_OK);
+    assert_int_equal(llmt_slicer_create(&sl, m, 1), LLMT_OK);
+    assert_int_equal(llmt_slicer_set_accumulation(sl, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
+    int32_t tokens[2 * OT], targets[2 * OT];
+    for (int step = 0; step < N; step++) {
+        test_learnable_batch(step, 2, OT, VOCAB, tokens, targets);
+        double loss = 0;
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_int_equal(llmt_slicer_forward_backward(sl, tokens, targets, 2, OT, 1.0, &loss),
+                         LLMT_OK);
+        assert_int_equal(llmt_optimizer_step(o, NULL, NULL), LLMT_OK);
+    }
+    float *out = weights_and_state(m, o, len);
+    llmt_slicer_free(sl);
+    llmt_optimizer_free(o);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+    return out;
+}
+
+/* Ordered accumulation with the gradients offloaded (the fp32 sum's host
+ * part added to by the host, from pinned host gradients the copy stream
+ * filled) gives the weights and state of the ordered run without offload
+ * bit for bit, fp32 and bf16_mixed, layer 0 or everything offloaded. */
+static void test_offload_ordered_same_bits(void **state)
+{
+    (void)state;
+    need_cuda();
+    const int precisions[2] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED};
+    const int32_t both = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    const int32_t layers[2] = {1, LLMT_OFFLOAD_ALL_LAYERS};
+    for (int p = 0; p < 2; p++) {
+        size_t n_ref = 0;
+        float *ref = ordered_train(precisions[p], LLMT_OFFLOAD_NONE, 0, &n_ref);
+        for (int k = 0; k < 2; k++) {
+            size_t n = 0;
+            float *got = ordered_train(precisions[p], both, layers[k], &n);
+            assert_int_equal(n, n_ref);
+            if (memcmp(ref, got, n * sizeof *got))
+                fail_msg("precision %d, gradients offloaded (layers %d), ordered: weights or "
+                         "state differ from the run without offload", precisions[p], layers[k]);
+            free(got);
+        }
+        free(ref);
+    }
+}
+
 /* The model of the chunked offload test: a 32768-token vocabulary of
  * d 128 (untied) puts 2^22 parameters in the embedding and as many in the
  * LM head, 8.5 M in all, so the offloaded segment is three chunks of
@@ -731,6 +794,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_slicing_matches_unsliced),
         cmocka_unit_test(test_safetensors_roundtrip),
         cmocka_unit_test(test_offload_same_bits),
+        cmocka_unit_test(test_offload_ordered_same_bits),
         cmocka_unit_test(test_offload_grads_overlap),
         cmocka_unit_test(test_offload_chunks_pipelined),
     };

@@ -4,7 +4,7 @@
  * offload, in every precision, tied or not; the accounting holds exactly the
  * two segments and the bucket; zeroing, reading and writing work across the
  * split; placements move values and refusals change nothing; the ordered
- * slicer refuses. */
+ * slicer sums across the split to the same bits. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -414,39 +414,49 @@ static void test_refused_place_changes_nothing(void **state)
     llmt_context_free(ctx);
 }
 
-/* The ordered slicer needs every gradient on the device: with several
- * micro-batches and offloaded gradients it refuses, touching nothing; one
- * micro-batch, or the gradients back on the device, run. */
-static void test_ordered_slicer_refuses_offload(void **state)
+/* The ordered slicer over several micro-batches with the gradients
+ * offloaded (layer 0's prefix, or every layer) sums them in fp32 across
+ * the split: starting from a batch's gradients already held (the sum
+ * starts as them), another batch gives gradients bitwise those of the
+ * same run with every gradient on the device, in each precision mode, tied
+ * or not; while held, the sum's host part (4 bytes a parameter of the
+ * split) is in HOST_STATE beside the gradients, its device part in GRADS. */
+static void test_ordered_slicer_with_offload(void **state)
 {
     (void)state;
-    llmt_context *ctx = test_context(2, 13);
-    llmt_model *m = trained_model(ctx, LLMT_PRECISION_FP32, 1, 1);
-    llmt_slicer *s = NULL;
-    assert_int_equal(llmt_slicer_create(&s, m, MICRO), LLMT_OK);
-    assert_int_equal(llmt_slicer_set_accumulation(s, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
-    float *g0 = all_grads(m);
-    int32_t tokens[B * T], targets[B * T];
-    test_learnable_batch(4, B, T, VOCAB, tokens, targets);
-    llmt_memory_stats before = stats_of(ctx);
-    assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, B, T, 1.0, NULL),
-                     LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "ordered accumulation");
-    assert_contains(llmt_error_last(), "gradient offload");
-    llmt_memory_stats after = stats_of(ctx);
-    assert_memory_equal(after.current, before.current, sizeof before.current);
-    float *g = all_grads(m);
-    assert_memory_equal(g, g0, (size_t)llmt_model_num_params(m) * sizeof *g);
-    free(g);
-    /* One micro-batch: nothing to order. */
-    assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, MICRO, T, 1.0, NULL),
-                     LLMT_OK);
-    assert_int_equal(llmt_grads_place(m, 0), LLMT_OK);
-    assert_int_equal(llmt_slicer_forward_backward(s, tokens, targets, B, T, 1.0, NULL), LLMT_OK);
-    free(g0);
-    llmt_slicer_free(s);
-    llmt_model_free(m);
-    llmt_context_free(ctx);
+    for (int p = 0; p < 4; p++)
+        for (int k = 0; k < 2; k++) {
+            const int tied = k, layers = k ? LAYERS : 1;
+            llmt_context *ctx = test_context(2, 13), *ref_ctx = test_context(2, 13);
+            llmt_model *m = trained_model(ctx, precisions[p], tied, layers);
+            llmt_model *ref = trained_model(ref_ctx, precisions[p], tied, 0);
+            llmt_slicer *s = NULL, *rs = NULL;
+            assert_int_equal(llmt_slicer_create(&s, m, MICRO), LLMT_OK);
+            assert_int_equal(llmt_slicer_create(&rs, ref, MICRO), LLMT_OK);
+            assert_int_equal(llmt_slicer_set_accumulation(s, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
+            assert_int_equal(llmt_slicer_set_accumulation(rs, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
+            slice_batch(s, 4);
+            slice_batch(rs, 4);
+            char what[64];
+            snprintf(what, sizeof what, "precision %d, tied %d, %d layers", precisions[p], tied,
+                     layers);
+            assert_same_grads(m, ref, what);
+            const int64_t split = split_of(m, layers);
+            assert_true(split > 0);
+            llmt_memory_stats a = stats_of(ctx);
+            assert_int_equal(a.current[LLMT_MEM_HOST_STATE],
+                             (uint64_t)split * (elem_size(precisions[p]) + 4));
+            assert_int_equal(a.current[LLMT_MEM_GRADS],
+                             (uint64_t)(total_elems(tied) - split) * (elem_size(precisions[p]) + 4) +
+                                 (uint64_t)expected_bucket(tied, split) * elem_size(precisions[p]));
+            llmt_slicer_free(s);
+            llmt_slicer_free(rs);
+            assert_accounting(ctx, precisions[p], tied, split); /* the sum freed with its slicer */
+            llmt_model_free(m);
+            llmt_model_free(ref);
+            llmt_context_free(ctx);
+            llmt_context_free(ref_ctx);
+        }
 }
 
 int main(void)
@@ -457,7 +467,7 @@ int main(void)
         cmocka_unit_test(test_set_get_across_the_split),
         cmocka_unit_test(test_place_and_back_keeps_values),
         cmocka_unit_test(test_refused_place_changes_nothing),
-        cmocka_unit_test(test_ordered_slicer_refuses_offload),
+        cmocka_unit_test(test_ordered_slicer_with_offload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

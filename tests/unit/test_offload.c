@@ -93,6 +93,13 @@ static llmt_comm *self_comm(void)
 /* Non-NULL: run_open makes a sharded optimizer over it. */
 static llmt_comm *shard_comm;
 
+/* Nonzero: run_open's slicer accumulates in order (LLMT_ACCUMULATE_ORDERED). */
+static int ordered;
+
+/* Batches run_steps accumulates into one optimizer step (the gradients
+ * zeroed before the first only). */
+static int batches_per_step = 1;
+
 /* Creates a run whose optimizer is created with the placement (parts, layers);
  * returns the optimizer's status (the run is usable only on LLMT_OK). */
 static int run_open(run *r, llmt_context *ctx, int precision, int32_t parts, int32_t layers)
@@ -114,6 +121,8 @@ static int run_open(run *r, llmt_context *ctx, int precision, int32_t parts, int
     if (rc)
         return rc;
     assert_int_equal(llmt_slicer_create(&r->sl, r->m, MICRO), LLMT_OK);
+    if (ordered)
+        assert_int_equal(llmt_slicer_set_accumulation(r->sl, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
     llmt_loss_scaler_config lc = LLMT_LOSS_SCALER_CONFIG_INIT;
     if (precision != LLMT_PRECISION_FP16_MIXED) {
         lc.dynamic = 0;
@@ -127,12 +136,14 @@ static void run_steps(run *r, int n)
 {
     int32_t tokens[B * T], targets[B * T];
     for (int i = 0; i < n; i++, r->step++) {
-        test_learnable_batch(r->step, B, T, VOCAB, tokens, targets);
         assert_int_equal(llmt_model_zero_grads(r->m), LLMT_OK);
-        double loss = 0;
-        assert_int_equal(llmt_slicer_forward_backward(r->sl, tokens, targets, B, T,
-                                                      llmt_loss_scaler_scale(r->sc), &loss),
-                         LLMT_OK);
+        for (int k = 0; k < batches_per_step; k++) {
+            test_learnable_batch(r->step * batches_per_step + k, B, T, VOCAB, tokens, targets);
+            double loss = 0;
+            assert_int_equal(llmt_slicer_forward_backward(r->sl, tokens, targets, B, T,
+                                                          llmt_loss_scaler_scale(r->sc), &loss),
+                             LLMT_OK);
+        }
         assert_int_equal(llmt_optimizer_step(r->o, r->sc, NULL), LLMT_OK);
     }
 }
@@ -249,6 +260,63 @@ static void test_placements_bitwise(void **state)
             drop(&ref);
         }
     decay_norms = 0;
+}
+
+/* Ordered accumulation (an fp32 sum of the micro-batches' gradients,
+ * rounded once) with the gradients offloaded: the sum's host segment
+ * follows the gradients' split, and the run is bitwise the ordered run
+ * without offload in each precision mode, offloading layer 0, both layers
+ * or everything from creation, and moving between them mid-run; two
+ * batches go into each step, so the second batch's sum starts from the
+ * first's gradients on the host as on the device. After a
+ * step with everything offloaded, the sum's bytes are where the plan puts
+ * them: 4 bytes a parameter, the gradient split's in HOST_STATE. */
+static void test_ordered_with_grads_bitwise(void **state)
+{
+    (void)state;
+    ordered = 1;
+    batches_per_step = 2;
+    const int32_t layers[3] = {1, LAYERS, LLMT_OFFLOAD_ALL_LAYERS};
+    const placement_change changes[3] = {{4, BOTH, LLMT_OFFLOAD_ALL_LAYERS},
+                                         {8, BOTH, 1},
+                                         {12, LLMT_OFFLOAD_NONE, 0}};
+    for (int p = 0; p < 4; p++) {
+        snapshot ref = train(precisions[p], LLMT_OFFLOAD_NONE, 0, NULL, 0);
+        for (int k = 0; k <= 3; k++) {
+            snapshot got = k < 3 ? train(precisions[p], BOTH, layers[k], NULL, 0)
+                                 : train(precisions[p], LLMT_OFFLOAD_NONE, 0, changes, 3);
+            char what[96];
+            snprintf(what, sizeof what, "ordered, precision %d, %s %d", precisions[p],
+                     k < 3 ? "gradients offloaded, layers" : "placements changed", layers[k % 3]);
+            assert_same(&ref, &got, what);
+            drop(&got);
+        }
+        drop(&ref);
+    }
+    run r;
+    assert_int_equal(run_open(&r, test_context(2, 7), LLMT_PRECISION_BF16_MIXED, BOTH,
+                              LLMT_OFFLOAD_ALL_LAYERS), LLMT_OK);
+    run_steps(&r, 1);
+    llmt_memory_stats s = stats_of(r.ctx);
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    pc.model = model_config(LLMT_PRECISION_BF16_MIXED);
+    pc.micro_batch = MICRO;
+    pc.batch_size = B;
+    pc.seq_len = T;
+    pc.ordered_accumulation = 1;
+    pc.offload_parts = BOTH;
+    pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    llmt_plan plan = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(r.ctx, &pc, &plan), LLMT_OK);
+    const int64_t n = llmt_model_num_params(r.m), split = granule_floor(n);
+    /* State (12 bytes), gradients (2) and the sum (4) of the split. */
+    assert_int_equal(s.current[LLMT_MEM_HOST_STATE],
+                     (uint64_t)n * 12 + (uint64_t)split * (2 + 4));
+    assert_int_equal(plan.bytes[LLMT_MEM_HOST_STATE], s.current[LLMT_MEM_HOST_STATE]);
+    assert_int_equal(plan.bytes[LLMT_MEM_GRADS], s.current[LLMT_MEM_GRADS]);
+    run_free(&r);
+    ordered = 0;
+    batches_per_step = 1;
 }
 
 /* none -> layers 1 -> all -> with gradients, layers 1 -> all -> optimizer
@@ -721,6 +789,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placements_bitwise),
         cmocka_unit_test(test_migration_mid_run_bitwise),
+        cmocka_unit_test(test_ordered_with_grads_bitwise),
         cmocka_unit_test(test_sharded_bitwise),
         cmocka_unit_test(test_accounting),
         cmocka_unit_test(test_budget_fits_only_with_offload),

@@ -210,8 +210,9 @@ static void test_plan_equals_measured_with_grads_offload(void **state)
 
 /* Gradient offload adds to the optimizer's offload exactly the gradients
  * below the split (less the bucket) on the device side and the split on
- * the host side; an ordered slicer over several micro-batches is refused
- * with it, as the slicer refuses it. */
+ * the host side; an ordered slicer over several micro-batches adds its
+ * fp32 sum split the same way (the split's 4 bytes a parameter on the
+ * host, the rest on the device), and the fits take it. */
 static void test_grads_offload_bytes(void **state)
 {
     (void)state;
@@ -232,21 +233,22 @@ static void test_grads_offload_bytes(void **state)
                      opt.bytes[LLMT_MEM_GRADS] - (uint64_t)(gs - PER_LAYER) * 2);
     assert_int_equal(both.host_peak, opt.host_peak + (uint64_t)gs * 2);
     assert_int_equal(both.peak, opt.peak - (uint64_t)(gs - PER_LAYER) * 2);
-    /* Ordered accumulation: one micro-batch is fine, several are refused. */
+    /* Ordered accumulation: one micro-batch holds no sum; several hold it,
+     * split at the gradients' split. */
     pc.ordered_accumulation = 1;
     pc.batch_size = pc.micro_batch;
-    assert_int_equal(llmt_plan_compute(ctx, &pc, &both), LLMT_OK);
+    llmt_plan one = LLMT_PLAN_INIT, sliced = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &one), LLMT_OK);
+    assert_memory_equal(one.bytes, both.bytes, sizeof one.bytes);
     pc.batch_size = 2 * pc.micro_batch;
-    assert_int_equal(llmt_plan_compute(ctx, &pc, &both), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "cfg->ordered_accumulation = 1");
-    assert_contains(llmt_error_last(), "gradient offload is not built");
+    assert_int_equal(llmt_plan_compute(ctx, &pc, &sliced), LLMT_OK);
+    const int64_t n = sliced.num_params;
+    assert_int_equal(sliced.bytes[LLMT_MEM_GRADS], both.bytes[LLMT_MEM_GRADS] + (uint64_t)(n - gs) * 4);
+    assert_int_equal(sliced.host_peak, both.host_peak + (uint64_t)gs * 4);
     int32_t b, r, k;
     pc.batch_size = pc.micro_batch = 2; /* the fit may halve it */
-    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, UINT64_MAX, &b, &r, &k), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "may split the batch");
-    assert_int_equal(llmt_plan_fit(ctx, &pc, UINT64_MAX, &b, &r), LLMT_EUNSUPPORTED);
-    pc.batch_size = pc.micro_batch = 1;
     assert_int_equal(llmt_plan_fit_offload(ctx, &pc, UINT64_MAX, &b, &r, &k), LLMT_OK);
+    assert_int_equal(llmt_plan_fit(ctx, &pc, UINT64_MAX, &b, &r), LLMT_OK);
     llmt_context_free(ctx);
 }
 

@@ -127,7 +127,9 @@ def test_plan_with_grads_offload(ctx):
     prefix in whole 4096-element granules) leave the device for the host,
     but for one bucket (the largest layer, embedding or tail starting below
     the split); the fit's rungs offload both, so one layer fits a budget
-    that optimizer offload of one layer misses by a byte."""
+    that optimizer offload of one layer misses by a byte. An ordered sum
+    over several micro-batches is split the same way: the split's 4 bytes a
+    parameter on the host, the rest on the device."""
     args = dict(model=SMALL_MODEL, micro_batch=2, seq_len=32, recompute="full")
     n = expected_params(**SMALL_MODEL, tied=False)
     layer = (n - 2 * 260 * 64 - 64) // 2
@@ -140,6 +142,7 @@ def test_plan_with_grads_offload(ctx):
     micro, policy, layers = llmt.plan_fit_offload(ctx, one.peak - 1,
                                                   offload_parts="optimizer+grads", **args)
     assert (micro, layers) == (2, 1) and llmt.recompute_policy_name(policy) == "full"
-    with pytest.raises(llmt.Unsupported, match="ordered_accumulation"):
-        llmt.plan(ctx, offload_parts="optimizer+grads", batch_size=4, ordered_accumulation=1,
-                  **args)
+    summed = llmt.plan(ctx, offload_parts="optimizer+grads", batch_size=4,
+                       ordered_accumulation=1, **args)
+    assert summed.bytes["grads"] == both.bytes["grads"] + 4 * (n - split)
+    assert summed.host_peak == both.host_peak + 4 * split
