@@ -39,13 +39,14 @@ typedef struct llmt_plan_config {
     int32_t batch_size;        /* the global batch, >= micro_batch; 0: micro_batch (default) */
     int32_t ordered_accumulation; /* 1: a slicer in LLMT_ACCUMULATE_ORDERED (an fp32
                                      gradient sum, 4 bytes a parameter, when batch_size >
-                                     micro_batch); counted only with world_size 0 */
+                                     micro_batch, split as the gradients are: the
+                                     offloaded ones' part in HOST_STATE); counted only
+                                     with world_size 0 */
     /* version 3: the optimizer's placement (llmt_optimizer_set_offload); needs
        with_optimizer = 1 unless offload_parts is NONE */
     int32_t offload_parts;     /* llmt_offload_part: LLMT_OFFLOAD_NONE (default),
                                   LLMT_OFFLOAD_OPTIMIZER, or that | LLMT_OFFLOAD_GRADS
-                                  (world_size 0 only, and not with
-                                  ordered_accumulation over several micro-batches) */
+                                  (world_size 0 only) */
     int32_t offload_layers;    /* LLMT_OFFLOAD_ALL_LAYERS (default) or 0..num_layers */
     /* version 4: */
     uint64_t host_budget;      /* the llmt_plan_fit* functions' limit on host_peak
@@ -97,8 +98,7 @@ typedef struct llmt_plan {
  * largest offloaded layer, embedding or tail). out->host_peak is the
  * HOST_STATE bytes. Errors: LLMT_EINVAL naming the field, LLMT_EVERSION,
  * LLMT_EUNSUPPORTED for gradient offload with world_size (a sharded
- * optimizer offloads its state only), for gradient offload with ordered
- * accumulation over several micro-batches, or on a backend without the
+ * optimizer offloads its state only), or on a backend without the
  * per-granule gradient norm. */
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,
                                llmt_plan *out);
@@ -124,9 +124,7 @@ LLMT_API int llmt_plan_compute_backend(int32_t backend, int32_t num_threads,
  * host bytes of any rank: the rank holding the least offloaded state has
  * the largest peak). cfg's offload placement is kept as
  * it is. LLMT_ENOMEM, with a message giving the smallest plan's peak, when
- * even micro-batch 1 with full recompute does not fit; LLMT_EUNSUPPORTED
- * for gradient offload with ordered_accumulation and a batch of more than
- * one sequence (the halving may split it). */
+ * even micro-batch 1 with full recompute does not fit. */
 LLMT_API int llmt_plan_fit(const llmt_context *ctx, const llmt_plan_config *cfg, uint64_t budget,
                            int32_t *micro_batch, int32_t *recompute);
 
@@ -151,10 +149,8 @@ LLMT_API int llmt_plan_fit_backend(int32_t backend, int32_t num_threads,
  * host_peak exceeds it are passed over, so the fit offloads the layers the
  * host can hold and halves the micro-batch when that is not enough (the
  * halved micro-batch climbing the same rungs). Errors as
- * llmt_plan_fit, LLMT_EUNSUPPORTED for gradient offload with
- * ordered_accumulation and a batch of more than one sequence (the fit may
- * split it), and LLMT_ENOMEM giving the smallest plan (micro-batch 1, full
- * recompute, all offloaded) and the budgets. */
+ * llmt_plan_fit, and LLMT_ENOMEM giving the smallest plan (micro-batch 1,
+ * full recompute, all offloaded) and the budgets. */
 LLMT_API int llmt_plan_fit_offload(const llmt_context *ctx, const llmt_plan_config *cfg,
                                    uint64_t budget, int32_t *micro_batch, int32_t *recompute,
                                    int32_t *offload_layers);

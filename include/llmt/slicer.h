@@ -44,9 +44,10 @@ typedef enum llmt_accumulation {
      * mode (it starts as the gradients held, widened) and the model's
      * gradients receive it rounded once (to nearest even) at the end of the
      * batch. Costs one fp32 gradient buffer, 4 bytes a parameter
-     * (GRADIENTS), while a batch has more than one micro-batch. Not built
-     * with gradient offload (LLMT_OFFLOAD_GRADS): such a batch is refused
-     * with LLMT_EUNSUPPORTED. */
+     * (GRADIENTS), while a batch has more than one micro-batch; with
+     * gradient offload (LLMT_OFFLOAD_GRADS) the offloaded gradients' part
+     * of it is in host memory (HOST_STATE), added to by the host with the
+     * same arithmetic, so the bits do not depend on the placement. */
     LLMT_ACCUMULATE_ORDERED = 1
 } llmt_accumulation;
 

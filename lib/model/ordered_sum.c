@@ -1,7 +1,5 @@
 /* Ordered accumulation's fp32 sum, across the gradients' host and device
  * segments (ordered_sum.h). */
-#include <string.h>
-
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "model/grad_place.h"
@@ -104,14 +102,12 @@ static void swap_bufs(llmt_buf *a, llmt_buf *b)
 int llmt_ordered_sum_end(llmt_ordered_sum *s, llmt_model *m)
 {
     const int64_t split = s->split, dev_n = m->num_params - split;
-    if (split > 0) {
-        if (m->dt == LLMT_DTYPE_F32)
-            swap_bufs(&m->host_grads, &s->host);
-        else
-            llmt_transfer_narrow(m->host_grads.ptr, m->dt, s->host.ptr, split);
-        /* Every offloaded bucket's host part now holds its sum. */
-        memset(m->host_valid, 1, (size_t)llmt_grad_bucket_count(m));
-    }
+    /* Every offloaded bucket's host part is marked valid already: the last
+     * llmt_ordered_sum_add settled the gradients. */
+    if (split > 0 && m->dt == LLMT_DTYPE_F32)
+        swap_bufs(&m->host_grads, &s->host);
+    else if (split > 0)
+        llmt_transfer_narrow(m->host_grads.ptr, m->dt, s->host.ptr, split);
     if (dev_n == 0)
         return LLMT_OK;
     if (m->dt == LLMT_DTYPE_F32) {

@@ -141,6 +141,10 @@ static int sync_placement(llmt_trainer *tr, int *moved)
     const llmt_optimizer *o = tr->parts.optimizer;
     int64_t split = o->split;
     *moved = 0;
+    /* A move frees the ordered sum first, as move_to does (the next batch
+     * lays it out for the new gradient split). */
+    if (llmt_controller_moves(&tr->ctl, tr->ctl.notch))
+        llmt_slicer_release_sum(tr->parts.slicer);
     LLMT_TRY(place(tr, tr->ctl.notch));
     *moved = o->split != split;
     return LLMT_OK;
@@ -457,11 +461,15 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
                      : comm ? " (what the tightest rank's host budget holds)"
                             : " (what the host budget holds)");
         }
+        const int summed = c->slicer && c->batch > 1 &&
+                           llmt_slicer_accumulation(c->slicer) == LLMT_ACCUMULATE_ORDERED;
         return llmt_fail(LLMT_ENOMEM, "step %lld does not fit: micro-batch 1 with full recompute%s "
-                         "needs %llu bytes of activations and workspace%s (the planner's figure), "
-                         "%llu are free (budget %llu, %llu in use%s); the failed allocation: %s",
+                         "needs %llu bytes of activations and workspace%s%s (the planner's "
+                         "figure), %llu are free (budget %llu, %llu in use%s); the failed "
+                         "allocation: %s",
                          (long long)tr->step + 1, offloaded, (unsigned long long)least,
                          c->opt ? ", with the optimizer state it leaves on the device" : "",
+                         summed ? ", with the ordered gradient sum's device part" : "",
                          (unsigned long long)(room + placed), (unsigned long long)budget,
                          (unsigned long long)in_use,
                          c->opt ? ", the optimizer's device state counted as free" : "", why);

@@ -155,8 +155,8 @@ int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
  * offloaded, as the optimizer, the model and the slicer allocate them
  * (HOST_STATE): the optimizer's host segment [first, split) with its
  * staging, and, when the rung offloads gradients, the host gradients
- * [0, gradient split) and an ordered slicer's sum of them. */
-static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layers)
+ * [0, gradient split) and (with_sum) an ordered slicer's sum of them. */
+static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layers, int with_sum)
 {
     const llmt_optimizer *o = c->opt;
     const llmt_model *m = o->model;
@@ -173,20 +173,20 @@ static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layer
      * smaller micro-batches that keep the cap's placement (one more than
      * a rung holding the batch whole needs). */
     uint64_t sum_device = 0, sum_host = 0;
-    if (c->slicer)
+    if (c->slicer && with_sum)
         llmt_slicer_sum_bytes(c->slicer, c->batch, 1, notch_grad_split(c, offload_layers),
                               &sum_device, &sum_host);
     return bytes + sum_host;
 }
 
-/* Host bytes the placed optimizer's state, the model's offloaded
- * gradients and the ordered sum's host segment hold now. */
-static uint64_t held_host_bytes(const llmt_controller *c)
+/* Host bytes the placed optimizer's state and the model's offloaded
+ * gradients hold now, and (with_sum) the ordered sum's host segment. */
+static uint64_t held_host_bytes(const llmt_controller *c, int with_sum)
 {
     const llmt_optimizer *o = c->opt;
     return (uint64_t)o->hm.bytes + o->hv.bytes + o->hmaster.bytes + o->stage_g.bytes +
            o->stage_w.bytes + o->model->host_grads.bytes +
-           (c->slicer ? llmt_slicer_sum_host_held(c->slicer) : 0);
+           (c->slicer && with_sum ? llmt_slicer_sum_host_held(c->slicer) : 0);
 }
 
 int32_t llmt_controller_host_cap(const llmt_controller *c)
@@ -196,21 +196,23 @@ int32_t llmt_controller_host_cap(const llmt_controller *c)
         return cap;
     const llmt_context *ctx = c->opt->model->ctx;
     const uint64_t budget = ctx->host_budget, in_use = ctx->current[LLMT_MEM_HOST_STATE];
-    const uint64_t held = held_host_bytes(c), other = in_use > held ? in_use - held : 0;
+    const uint64_t held = held_host_bytes(c, 1), other = in_use > held ? in_use - held : 0;
     /* Host bytes never fall as the rungs climb. */
-    while (cap > 0 && other + host_state_bytes(c, rung_layers(c, cap)) > budget)
+    while (cap > 0 && other + host_state_bytes(c, rung_layers(c, cap), 1) > budget)
         cap--;
     /* A rise that moves the current notch's state (a passed-over rung or a
      * smaller micro-batch, placed as the cap) goes no higher than the host
-     * holds beside the placement it leaves: the move holds both. */
+     * holds beside the placement it leaves: the move holds both (the sum
+     * is freed before a move and laid out again after it). */
     const int64_t now = placed_rung(c, c->notch, c->cap);
+    const uint64_t leaves = held_host_bytes(c, 0);
     while (cap > c->cap && placed_rung(c, c->notch, cap) != now &&
-           other + held + host_state_bytes(c, rung_layers(c, placed_rung(c, c->notch, cap))) >
+           other + leaves +
+                   host_state_bytes(c, rung_layers(c, placed_rung(c, c->notch, cap)), 0) >
                budget)
         cap--;
     return cap;
 }
-
 
 uint64_t llmt_controller_placed_bytes(const llmt_controller *c)
 {
@@ -289,6 +291,14 @@ int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place)
     c->rest_parts = parts;
     c->attached = 1;
     return LLMT_OK;
+}
+
+int llmt_controller_moves(const llmt_controller *c, int64_t k)
+{
+    int32_t parts = 0, layers = 0;
+    if (!c->opt || llmt_optimizer_get_offload(c->opt, &parts, &layers))
+        return 0;
+    return layers != rung_layers(c, placed_rung(c, k, c->cap));
 }
 
 int llmt_controller_place(llmt_controller *c, int64_t k, uint64_t budget, uint64_t in_use)

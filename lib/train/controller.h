@@ -119,13 +119,18 @@ int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place);
  * going back fail too, as the message says. */
 int llmt_controller_place(llmt_controller *c, int64_t k, uint64_t budget, uint64_t in_use);
 
+/* Whether llmt_controller_place(c, k, ...) moves state: the controller
+ * places the optimizer, which is not at notch k's offload. */
+int llmt_controller_moves(const llmt_controller *c, int64_t k);
+
 /* The heaviest offload rung (as llmt_controller's cap) whose placement
  * fits the context's host budget beside the host_state bytes in use that
  * are not the placed optimizer's (its state, staging and offloaded
  * gradients, and an ordered slicer's sum, as allocated now); layers + 1
  * without a host budget or a placed optimizer. A rise above the current
  * cap that moves the current notch's state goes no higher than the host
- * holds beside the placement it leaves (the move holds both). A placement
+ * holds beside the placement it leaves (the move holds both; the ordered
+ * sum, freed before a move, in neither). A placement
  * is held twice while it moves, so an escalation or relaxation between two
  * rungs under the cap may still be refused. */
 int32_t llmt_controller_host_cap(const llmt_controller *c);

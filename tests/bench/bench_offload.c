@@ -10,6 +10,9 @@
  *    with the state offloaded whole against none, in alternating rounds
  *    (median); on the CPU backend the host segment is updated in place, so
  *    the ratio should be ~1.
+ * 3. The same with the batch of 4 run as micro-batches of 1 summed in
+ *    order (LLMT_ACCUMULATE_ORDERED): with the gradients offloaded, the
+ *    fp32 sum's host part is added to by the host after each micro-batch.
  *
  * Usage: bench_offload [threads (2)] [elements in millions (16)] [rounds (5)] */
 #include <omp.h>
@@ -68,9 +71,11 @@ static double time_adamw(llmt_device *dev, int w_dt, int64_t n, int rounds)
     return bench_median(t, rounds);
 }
 
-/* Median step seconds of a small model with offload `parts` (ALL layers);
- * *stats: the accounting after the last step. */
-static double time_steps(int threads, int32_t parts, int rounds, llmt_memory_stats *stats)
+/* Median step seconds of a small model with offload `parts` (ALL layers),
+ * its batch in one piece (ordered 0) or in micro-batches of 1 summed in
+ * order; *stats: the accounting after the last step. */
+static double time_steps(int threads, int32_t parts, int ordered, int rounds,
+                         llmt_memory_stats *stats)
 {
     llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
     cc.num_threads = threads;
@@ -82,8 +87,11 @@ static double time_steps(int threads, int32_t parts, int rounds, llmt_memory_sta
     llmt_context *ctx = NULL;
     llmt_model *m = NULL;
     llmt_optimizer *o = NULL;
+    llmt_slicer *sl = NULL;
     if (llmt_context_create(&ctx, &cc) || llmt_model_create(&m, ctx, &c) ||
-        llmt_optimizer_create(&o, m, &oc)) {
+        llmt_optimizer_create(&o, m, &oc) || llmt_slicer_create(&sl, m, ordered ? 1 : 4) ||
+        llmt_slicer_set_accumulation(sl, ordered ? LLMT_ACCUMULATE_ORDERED
+                                                 : LLMT_ACCUMULATE_IN_PLACE)) {
         fprintf(stderr, "bench_offload: %s\n", llmt_error_last());
         exit(1);
     }
@@ -97,7 +105,7 @@ static double time_steps(int threads, int32_t parts, int rounds, llmt_memory_sta
     for (int r = 0; r <= rounds; r++) { /* the first is untimed */
         double t0 = bench_now(), loss = 0;
         if (llmt_model_zero_grads(m) ||
-            llmt_model_forward_backward(m, tokens, targets, B, T, 1.0, 0.0, &loss) ||
+            llmt_slicer_forward_backward(sl, tokens, targets, B, T, 1.0, &loss) ||
             llmt_optimizer_step(o, NULL, NULL)) {
             fprintf(stderr, "bench_offload: %s\n", llmt_error_last());
             exit(1);
@@ -106,6 +114,7 @@ static double time_steps(int threads, int32_t parts, int rounds, llmt_memory_sta
     }
     stats->version = LLMT_MEMORY_STATS_VERSION;
     llmt_context_memory_stats(ctx, stats);
+    llmt_slicer_free(sl);
     llmt_optimizer_free(o);
     llmt_model_free(m);
     llmt_context_free(ctx);
@@ -154,12 +163,16 @@ int main(int argc, char **argv)
     dev->ops->destroy(dev);
     free(src), free(dst);
 
-    double none[16], opt[16], both[16];
+    const int32_t grads = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    double none[16], opt[16], both[16], ord_none[16], ord_both[16];
     for (int r = 0; r < rounds; r++) { /* alternating, so drift hits all alike */
         llmt_memory_stats s = LLMT_MEMORY_STATS_INIT, sb = LLMT_MEMORY_STATS_INIT;
-        none[r] = time_steps(threads, LLMT_OFFLOAD_NONE, 3, &s);
-        opt[r] = time_steps(threads, LLMT_OFFLOAD_OPTIMIZER, 3, &s);
-        both[r] = time_steps(threads, LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS, 3, &sb);
+        llmt_memory_stats so = LLMT_MEMORY_STATS_INIT;
+        none[r] = time_steps(threads, LLMT_OFFLOAD_NONE, 0, 3, &s);
+        opt[r] = time_steps(threads, LLMT_OFFLOAD_OPTIMIZER, 0, 3, &s);
+        both[r] = time_steps(threads, grads, 0, 3, &sb);
+        ord_none[r] = time_steps(threads, LLMT_OFFLOAD_NONE, 1, 3, &so);
+        ord_both[r] = time_steps(threads, grads, 1, 3, &so);
         if (r == 0)
             printf("step model: dim 256, 4 layers, vocab 4096, B 4 x T 128; offloaded "
                    "host_state %.1f MB, optimizer on the device %.1f MB; with the gradients "
@@ -168,11 +181,19 @@ int main(int argc, char **argv)
                    (double)s.current[LLMT_MEM_OPTIMIZER] / 1e6,
                    (double)sb.current[LLMT_MEM_HOST_STATE] / 1e6,
                    (double)sb.current[LLMT_MEM_GRADS] / 1e6);
+        if (r == 0)
+            printf("ordered with the gradients offloaded: host_state %.1f MB (the fp32 sum's "
+                   "host part too), grads on the device %.1f MB\n",
+                   (double)so.current[LLMT_MEM_HOST_STATE] / 1e6,
+                   (double)so.current[LLMT_MEM_GRADS] / 1e6);
     }
     double tn = bench_median(none, rounds), to = bench_median(opt, rounds);
     double tb = bench_median(both, rounds);
     printf("step time: offload none %.1f ms, optimizer (all layers) %.1f ms: %.3f x, "
            "optimizer+grads (all layers) %.1f ms: %.3f x\n",
            tn * 1e3, to * 1e3, to / tn, tb * 1e3, tb / tn);
+    double ton = bench_median(ord_none, rounds), tob = bench_median(ord_both, rounds);
+    printf("ordered, 4 micro-batches of 1: offload none %.1f ms, optimizer+grads (all layers) "
+           "%.1f ms: %.3f x\n", ton * 1e3, tob * 1e3, tob / ton);
     return 0;
 }

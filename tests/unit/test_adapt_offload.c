@@ -577,7 +577,8 @@ static llmt_plan plan_ordered(rig *r, int32_t offload_parts, int32_t layers)
  * (the sum's host part with them) without halving again, every step
  * completes with one retry in all, the measured GRADS and HOST_STATE are
  * the plan's for the placement taken, and the run is bitwise an
- * unconstrained ordered one at B/2. */
+ * unconstrained ordered one at B/2. The host cap counts the sum's host
+ * part. */
 static void test_ordered_accumulation_with_grads(void **state)
 {
     (void)state;
@@ -612,6 +613,26 @@ static void test_ordered_accumulation_with_grads(void **state)
     assert_int_equal(s.current[LLMT_MEM_GRADS], want.bytes[LLMT_MEM_GRADS]);
     assert_int_equal(s.current[LLMT_MEM_HOST_STATE], want.bytes[LLMT_MEM_HOST_STATE]);
     assert_same_state(&free_run, &tight);
+    /* The host cap counts the sum's host part: a host budget one byte
+     * under what everything offloaded holds with the sum (though over it
+     * without) caps the rungs at every layer (the final norm's and the LM
+     * head's stay on the device); at layer 0's placement with its sum, at
+     * rung 1. Asked of a fresh trainer's controller, nothing held. */
+    rig probe;
+    rig_micro = B / 2;
+    rig_open_as(&probe, LLMT_PRECISION_BF16_MIXED, 1000, NULL, LONG_T, both);
+    rig_micro = B;
+    assert_int_equal(llmt_slicer_set_accumulation(probe.slicer, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
+    llmt_controller *ctl = &probe.tr->ctl;
+    assert_int_equal(llmt_controller_attach(ctl, probe.opt, 1), LLMT_OK);
+    const uint64_t all = plan_ordered(&probe, both, LLMT_OFFLOAD_ALL_LAYERS).host_peak;
+    assert_true(plan_placed(&probe, both, LLMT_OFFLOAD_ALL_LAYERS).host_peak < all - 1);
+    assert_int_equal(llmt_context_set_host_budget(probe.ctx, all - 1), LLMT_OK);
+    assert_int_equal(llmt_controller_host_cap(ctl), LAYERS);
+    assert_int_equal(llmt_context_set_host_budget(probe.ctx, plan_ordered(&probe, both, 1).host_peak),
+                     LLMT_OK);
+    assert_int_equal(llmt_controller_host_cap(ctl), 1);
+    rig_close(&probe);
     rig_close(&free_run);
     rig_close(&tight);
 }
