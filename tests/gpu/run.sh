@@ -28,7 +28,8 @@
 #               (whole, a fraction, moved mid-run) gives the device
 #               optimizer's bits in all four precision modes; gradients
 #               stored on the copy stream while backward runs, accumulated
-#               over two micro-batches, give the device's bits
+#               over two micro-batches, give the device's bits; an ordered
+#               slicer's sum split across them too
 #   nccl-world1 gpu_nccl_world1: an NCCL communicator of one rank, every
 #               collective on device buffers (tests/gpu/test_nccl_world1.c)
 #   nccl-sharded gpu_nccl_sharded: the sharded optimizer over that
