@@ -578,7 +578,8 @@ static void test_adaptive_refused_move(const char *dir, llmt_comm *comm)
     run_close(&ad);
 }
 
-/* One rank's host budget caps every rank's ladder: full recompute from the
+/* One rank's host budget caps every rank's ladder, above the threshold
+ * and out of memory. Above the threshold: full recompute from the
  * start, each rank's budget its step-1 peak over 0.95, and rank 0's host
  * budget 1 byte (its range begins with the embedding, which every rung
  * offloads), so the least of the ranks' caps is none: after step
@@ -619,10 +620,46 @@ static void test_adaptive_host_cap(const char *dir, llmt_comm *comm)
     EXPECT(layers == LLMT_OFFLOAD_ALL_LAYERS && same_on_all(layers) &&
                strstr(log, "step 4: the host holds all of the optimizer state") != NULL,
            "step 4: offload of %d layers after the cap rose; log:\n%s", layers, log);
+    run_close(&ad);
+
+    /* The out-of-memory path: after step 1 (no budgets, the cap all),
+     * rank 0's host budget of 1 byte, and a budget with room beside what
+     * each rank holds for micro-batch 1's arena but not MICRO's (both the
+     * controller's figures). Step 2 runs out of memory on every rank; the
+     * cap, agreed again on that path, is none, so every rank retries it at
+     * micro-batch 1 with nothing offloaded (an offload rung would fail on
+     * rank 0). */
+    open_full_recompute(&ad, dir, comm, 1.0, 1000);
+    log[0] = '\0';
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
+    agreed_step(&ad, 1, &rep);
+    const llmt_controller *ctl = &ad.tr->ctl;
+    uint64_t at_max = 0, at_base = 0;
+    must(llmt_controller_bytes(ctl, ctl->max, &at_max), "bytes"); /* everything offloaded */
+    must(llmt_controller_bytes(ctl, ctl->notch, &at_base), "bytes");
+    const uint64_t arena_1 = at_max, arena_micro = at_base - llmt_controller_placed_bytes(ctl);
+    EXPECT(arena_1 < arena_micro, "arena at micro-batch 1 %llu, at %d %llu",
+           (unsigned long long)arena_1, MICRO, (unsigned long long)arena_micro);
+    must(llmt_model_release_activations(ad.model), "release");
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
+    must(llmt_context_set_budget(ad.ctx, ms.total_current + (arena_1 + arena_micro) / 2),
+         "budget");
+    if (rank == 0)
+        must(llmt_context_set_host_budget(ad.ctx, 1), "host budget");
+    agreed_step(&ad, 2, &rep);
+    must(llmt_optimizer_get_offload(ad.opt, &parts, &layers), "offload");
+    EXPECT(rep.retries == 1 && rep.micro_batch == 1 && parts == LLMT_OFFLOAD_NONE &&
+               host_bytes(&ad) == 0 &&
+               strstr(log, "step 2: the host budget (the tightest rank's) holds none") != NULL,
+           "out of memory under the cap: %d retries, micro-batch %d, offload %d, %llu host bytes; "
+           "log:\n%s", rep.retries, rep.micro_batch, parts, (unsigned long long)host_bytes(&ad),
+           log);
     if (rank == 0)
         printf("adaptive, rank 0's host budget of 1 byte on %d ranks: every rank at "
-               "micro-batch %d with nothing offloaded, then all of it once lifted: %s\n", size,
-               micro_then, failures ? "NO" : "yes");
+               "micro-batch %d with nothing offloaded, then all of it once lifted; out of "
+               "memory, retried at micro-batch %d: %s\n", size, micro_then, rep.micro_batch,
+               failures ? "NO" : "yes");
     run_close(&ad);
 }
 
