@@ -30,8 +30,9 @@ typedef enum llmt_mem_category {
     LLMT_MEM_WORKSPACE = 4,   /* scratch buffers of the ops */
     LLMT_MEM_STAGING = 5,     /* host copies for checkpoints and transfers */
     /* Training state held in host memory on behalf of the device (offloaded
-     * optimizer state and its transfer staging). Charged to the host budget,
-     * not to the budget, total_current or total_peak. */
+     * optimizer state and its transfer staging, offloaded gradients, and an
+     * ordered slicer's sum of them). Charged to the host budget, not to the
+     * budget, total_current or total_peak. */
     LLMT_MEM_HOST_STATE = 6,
     LLMT_MEM_CATEGORY_COUNT = 7
 } llmt_mem_category;

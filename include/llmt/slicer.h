@@ -61,8 +61,9 @@ LLMT_API int32_t llmt_slicer_accumulation(const llmt_slicer *slicer);
  * batch * seq_len, targets -1 ignored), adding to the gradients the gradient
  * of grad_scale * (mean loss over the batch's counted targets). The arena is
  * sized for min(micro_batch, batch) sequences. *loss (may be NULL) receives
- * the batch's mean loss. On error (LLMT_ENOMEM from the arena, bad tokens)
- * the gradients may hold part of the batch: zero them before retrying. */
+ * the batch's mean loss. On error (LLMT_ENOMEM from the arena or the
+ * ordered sum, under the budget or the host budget; bad tokens) the
+ * gradients may hold part of the batch: zero them before retrying. */
 LLMT_API int llmt_slicer_forward_backward(llmt_slicer *slicer, const int32_t *tokens,
                                           const int32_t *targets, int32_t batch, int32_t seq_len,
                                           double grad_scale, double *loss);

@@ -5,10 +5,7 @@
 #include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "model/ordered_sum.h"
-#include "model/transfer.h"
-
-/* Host elements widened per pass of host_add (a stack buffer per thread). */
-#define HOST_ADD_CHUNK 4096
+#include "ops/cpu/cpu_backend.h"
 
 void llmt_ordered_sum_bytes(int64_t num_params, int64_t grad_split, uint64_t *device,
                             uint64_t *host)
@@ -21,11 +18,16 @@ void llmt_ordered_sum_release(llmt_ordered_sum *s, llmt_context *ctx)
 {
     llmt_buf_free(ctx, &s->dev);
     llmt_buf_free(ctx, &s->host);
+    if (s->host_dev)
+        s->host_dev->ops->destroy(s->host_dev);
+    s->host_dev = NULL;
     s->split = 0;
     s->live = 0;
 }
 
-/* Allocates both parts for split (nothing held on failure). */
+/* Allocates both parts for split, and the CPU device of the host part's
+ * ops where the backend's memory is not host memory (nothing held on
+ * failure). */
 static int alloc_parts(llmt_ordered_sum *s, const llmt_model *m, int64_t split)
 {
     uint64_t device = 0, host = 0;
@@ -35,6 +37,8 @@ static int alloc_parts(llmt_ordered_sum *s, const llmt_model *m, int64_t split)
     if (!rc)
         rc = llmt_buf_alloc(m->ctx, &s->host, LLMT_MEM_HOST_STATE, (size_t)host,
                             "ordered gradient sum (offloaded)");
+    if (!rc && split > 0 && !m->ops->host_memory)
+        rc = llmt_cpu_backend_create(m->ctx->num_threads, &s->host_dev);
     if (rc) {
         llmt_ordered_sum_release(s, m->ctx);
         return rc;
@@ -42,6 +46,13 @@ static int alloc_parts(llmt_ordered_sum *s, const llmt_model *m, int64_t split)
     s->split = split;
     s->live = 1;
     return LLMT_OK;
+}
+
+/* The device that runs ops on the host part (host memory on every
+ * backend): the model's where that is host memory. */
+static llmt_device *host_device(const llmt_ordered_sum *s, const llmt_model *m)
+{
+    return s->host_dev ? s->host_dev : m->dev;
 }
 
 int llmt_ordered_sum_begin(llmt_ordered_sum *s, llmt_model *m)
@@ -54,7 +65,9 @@ int llmt_ordered_sum_begin(llmt_ordered_sum *s, llmt_model *m)
         llmt_ordered_sum_release(s, m->ctx);
     if (!s->live)
         LLMT_TRY(alloc_parts(s, m, split));
-    llmt_transfer_widen(s->host.ptr, m->host_grads.ptr, m->dt, split);
+    llmt_device *hd = host_device(s, m);
+    if (split > 0)
+        LLMT_TRY(hd->ops->cast(hd, s->host.ptr, LLMT_DTYPE_F32, m->host_grads.ptr, m->dt, split));
     if (dev_n == 0)
         return LLMT_OK;
     if (m->dt == LLMT_DTYPE_F32)
@@ -62,30 +75,13 @@ int llmt_ordered_sum_begin(llmt_ordered_sum *s, llmt_model *m)
     return m->ops->cast(m->dev, s->dev.ptr, LLMT_DTYPE_F32, m->grads.ptr, m->dt, dev_n);
 }
 
-/* sum[i] += x[i] widened to fp32 for i < n, in host memory: the device
- * accumulate op's arithmetic (one fp32 addition an element, so neither the
- * chunking nor the thread count changes a bit). */
-static void host_add(float *sum, const void *x, int dt, int64_t n, int threads)
-{
-    const size_t es = llmt_dtype_size(dt);
-    const int64_t chunks = (n + HOST_ADD_CHUNK - 1) / HOST_ADD_CHUNK;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
-        float wide[HOST_ADD_CHUNK];
-        const int64_t i0 = c * HOST_ADD_CHUNK;
-        const int64_t k = n - i0 < HOST_ADD_CHUNK ? n - i0 : HOST_ADD_CHUNK;
-        llmt_transfer_widen(wide, (const char *)x + (size_t)i0 * es, dt, k);
-        for (int64_t i = 0; i < k; i++)
-            sum[i0 + i] += wide[i];
-    }
-}
-
 int llmt_ordered_sum_add(llmt_ordered_sum *s, llmt_model *m)
 {
     const int64_t split = s->split, dev_n = m->num_params - split;
     if (split > 0) {
         LLMT_TRY(llmt_grads_settle(m)); /* the host segment holds this micro-batch's values */
-        host_add(s->host.ptr, m->host_grads.ptr, m->dt, split, m->ctx->num_threads);
+        llmt_device *hd = host_device(s, m);
+        LLMT_TRY(hd->ops->accumulate(hd, s->host.ptr, m->host_grads.ptr, split, m->dt));
     }
     return dev_n > 0 ? m->ops->accumulate(m->dev, s->dev.ptr, m->grads.ptr, dev_n, m->dt)
                      : LLMT_OK;
@@ -102,12 +98,13 @@ static void swap_bufs(llmt_buf *a, llmt_buf *b)
 int llmt_ordered_sum_end(llmt_ordered_sum *s, llmt_model *m)
 {
     const int64_t split = s->split, dev_n = m->num_params - split;
+    llmt_device *hd = host_device(s, m);
     /* Every offloaded bucket's host part is marked valid already: the last
      * llmt_ordered_sum_add settled the gradients. */
     if (split > 0 && m->dt == LLMT_DTYPE_F32)
         swap_bufs(&m->host_grads, &s->host);
     else if (split > 0)
-        llmt_transfer_narrow(m->host_grads.ptr, m->dt, s->host.ptr, split);
+        LLMT_TRY(hd->ops->cast(hd, m->host_grads.ptr, m->dt, s->host.ptr, LLMT_DTYPE_F32, split));
     if (dev_n == 0)
         return LLMT_OK;
     if (m->dt == LLMT_DTYPE_F32) {

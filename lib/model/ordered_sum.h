@@ -3,9 +3,9 @@
  * the offloaded gradients (HOST_STATE), [split, num_params) on the device
  * (GRADS). Each micro-batch's gradient, computed alone, is added to it
  * element by element in fp32 (the backend's accumulate op on the device
- * part, the same arithmetic on the host part), and the sum is rounded into
- * the gradients once at the end of the batch, so the bits do not depend
- * on where the gradients live. */
+ * part, the CPU backend's on the host part), and the sum is rounded into
+ * the gradients once at the end of the batch (the backends' cast ops), so
+ * the bits do not depend on where the gradients live. */
 #ifndef LLMT_MODEL_ORDERED_SUM_H
 #define LLMT_MODEL_ORDERED_SUM_H
 
@@ -14,11 +14,16 @@
 #include "core/buffer.h"
 
 typedef struct llmt_model llmt_model;
+typedef struct llmt_device llmt_device;
 
 typedef struct llmt_ordered_sum {
     llmt_buf dev, host;
     int64_t split; /* the gradient split the buffers are laid out for */
     int live;      /* the buffers are allocated (either may be empty) */
+    /* The CPU device that runs the host part's ops where the backend's
+     * memory is not host memory (CUDA); NULL otherwise (the model's device
+     * runs them). */
+    llmt_device *host_dev;
 } llmt_ordered_sum;
 
 /* Bytes of the sum for a model of num_params parameters whose gradients

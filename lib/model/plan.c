@@ -269,10 +269,10 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
         state_bytes(c->model.precision, e, split, ops->host_memory, &shard);
     /* Gradient offload (never with a communicator): [0, grad_split) on the
      * host, the rest and one bucket on the device (grad_split and bucket
-     * are 0 without it). */
-    /* Without a communicator, an ordered slicer sums each micro-batch's
-     * gradient into one more buffer, fp32 in every mode, split as the
-     * gradients are (ordered_sum.h), when the batch has more than one. */
+     * are 0 without it). Without a communicator, an ordered slicer sums
+     * each micro-batch's gradient into one more buffer, fp32 in every
+     * mode, split as the gradients are (ordered_sum.h), when the batch has
+     * more than one. */
     int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
     uint64_t sum_device = 0, sum_host = 0;
     if (c->world_size == 0 && c->ordered_accumulation && batch > c->micro_batch)

@@ -1,14 +1,16 @@
 /* The adaptive controller's decisions: escalate above the threshold, relax
  * with headroom, fit after an allocation failure. Predictions replace the
- * bytes the current notch accounts for (the arena, and the optimizer state
- * it leaves on the device) in the measured peak by a candidate's, computed
- * by the functions the model and optimizer allocate with.
+ * bytes the current notch accounts for (the arena, an ordered slicer's
+ * sum, and the optimizer state it leaves on the device) in the measured
+ * peak by a candidate's, computed by the functions the model, slicer and
+ * optimizer allocate with.
  *
  * Data parallel (a sharded optimizer): a rank's bytes differ from another's
  * (its optimizer range, so the state an offload rung moves), so each rank
  * makes its own candidate decision from its own peak, capacity and
  * predictions, and one allreduce (MAX) per decision point makes it every
- * rank's: escalate to the heaviest of the ranks' targets, relax only when
+ * rank's (one more agrees the host cap first, when the optimizer is
+ * placed): escalate to the heaviest of the ranks' targets, relax only when
  * every rank predicts headroom, fit to the heaviest of the ranks' least
  * fitting notches, and fail on every rank when one has none. A rank's
  * failures and its placement's outcome travel in that agreement, so every
@@ -44,15 +46,23 @@ static int place(llmt_trainer *tr, int64_t k)
     return llmt_controller_place(&tr->ctl, k, ms.budget, ms.total_current);
 }
 
-/* Moves to notch k: frees the arena laid out for the old one and the
- * ordered sum first (so the optimizer's state has room to move, and the
- * next step's peak measures the new layout alone), then places the
- * optimizer, then sets recompute and micro-batch. On failure the notch is
- * as it was. */
-static int move_to(llmt_trainer *tr, int64_t k)
+/* Frees what a notch lays out for its steps, the activation arena and
+ * the ordered sum, before a move: the optimizer's state has the room to
+ * move, and the next step's peak measures the new layout alone (the next
+ * batch lays both out again). */
+static int free_step_layout(llmt_trainer *tr)
 {
     LLMT_TRY(llmt_model_release_activations(tr->parts.model));
     llmt_slicer_release_sum(tr->parts.slicer);
+    return LLMT_OK;
+}
+
+/* Moves to notch k: frees the old notch's step layout first, then places
+ * the optimizer, then sets recompute and micro-batch. On failure the
+ * notch is as it was. */
+static int move_to(llmt_trainer *tr, int64_t k)
+{
+    LLMT_TRY(free_step_layout(tr));
     LLMT_TRY(place(tr, k));
     LLMT_TRY(llmt_controller_apply(&tr->ctl, k, tr->parts.recompute, tr->parts.slicer));
     tr->since_change = 0;
@@ -103,12 +113,16 @@ static void capped_text(const llmt_controller *c, char *buf, size_t size)
 /* Sets the ladder's cap for this decision (llmt_controller_host_cap): in
  * data parallel the least of the ranks' caps, agreed by one allreduce that
  * every rank makes (whether the optimizer is placed is agreed), so the
- * ladders stay the same. A cap that changes is logged as of `step`. */
+ * ladders stay the same. A cap that changes is logged as of `step`. A
+ * current notch on a passed-over rung then snaps to its equal
+ * (llmt_controller_snap). */
 static int set_cap(llmt_trainer *tr, int64_t step)
 {
     llmt_controller *c = &tr->ctl;
-    if (!c->opt)
+    if (!c->opt) {
+        llmt_controller_snap(c);
         return LLMT_OK;
+    }
     const int32_t top = c->layers + 1;
     int64_t below_top = top - llmt_controller_host_cap(c); /* MAX: the least cap */
     llmt_comm *comm = comm_of(tr);
@@ -116,10 +130,11 @@ static int set_cap(llmt_trainer *tr, int64_t step)
         LLMT_TRY(llmt_comm_allreduce_i64(comm, "controller host cap", &below_top, 1,
                                          LLMT_COMM_MAX));
     const int32_t cap = top - (int32_t)below_top;
-    if (cap == c->cap)
-        return LLMT_OK;
+    const int changed = cap != c->cap;
     c->cap = cap;
-    llmt_controller_snap(c);
+    llmt_controller_snap(c); /* also a notch a resume or an escalation left on such a rung */
+    if (!changed)
+        return LLMT_OK;
     char held[160];
     capped_text(c, held, sizeof held);
     if (cap == top)
@@ -133,18 +148,19 @@ static int set_cap(llmt_trainer *tr, int64_t step)
     return LLMT_OK;
 }
 
-/* Gives the optimizer the current notch's placement: the first decision
- * after creation, or after a resume whose notch is an offload rung. Sets
- * *moved when the state moved (the step just measured had another). */
+/* Gives the optimizer the current notch's placement where it has
+ * another: at the first decision after creation, after a resume whose
+ * notch is an offload rung, or after the cap changed the placement of a
+ * passed-over rung or a smaller micro-batch. A move frees the step layout
+ * first, as move_to does. Sets *moved when the state moved (the step just
+ * measured had another). */
 static int sync_placement(llmt_trainer *tr, int *moved)
 {
     const llmt_optimizer *o = tr->parts.optimizer;
     int64_t split = o->split;
     *moved = 0;
-    /* A move frees the ordered sum first, as move_to does (the next batch
-     * lays it out for the new gradient split). */
     if (llmt_controller_moves(&tr->ctl, tr->ctl.notch))
-        llmt_slicer_release_sum(tr->parts.slicer);
+        LLMT_TRY(free_step_layout(tr));
     LLMT_TRY(place(tr, tr->ctl.notch));
     *moved = o->split != split;
     return LLMT_OK;
@@ -320,9 +336,13 @@ static int escalate(llmt_trainer *tr, uint64_t peak, uint64_t cap, const candida
     llmt_controller *c = &tr->ctl;
     /* None under the threshold: the lowest prediction, which in data
      * parallel (no ordered sum: the bytes never rise along the ladder) is
-     * max on every rank; taken as max there, so the ranks agree whatever
-     * their own bytes. */
-    int64_t target = agreed <= c->max ? agreed : comm_of(tr) ? c->max : cd->least;
+     * the heaviest notch not passed over on every rank; taken as that
+     * there, so the ranks agree whatever their own bytes. */
+    int64_t target = agreed <= c->max ? agreed
+                     : comm_of(tr)    ? llmt_controller_lighter(c, c->max + 1)
+                                      : cd->least;
+    if (target <= c->notch) /* nothing heavier changes anything */
+        return LLMT_OK;
     uint64_t next = 0;
     LLMT_TRY(llmt_controller_bytes(c, target, &next));
     char from[320], to[320];

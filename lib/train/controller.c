@@ -160,22 +160,20 @@ static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layer
 {
     const llmt_optimizer *o = c->opt;
     const llmt_model *m = o->model;
-    int32_t parts = rung_parts(c, offload_layers);
-    int64_t split = llmt_offload_split(o, parts, offload_layers);
+    int64_t split = llmt_offload_split(o, rung_parts(c, offload_layers), offload_layers);
     size_t moment = 0, master = 0, w = llmt_dtype_size(m->dt);
     llmt_optimizer_sizes(m->cfg.precision, split - o->first, &moment, &master);
+    const int64_t gs = notch_grad_split(c, offload_layers);
     uint64_t bytes = 2 * (uint64_t)moment + master +
-                     llmt_offload_staging_bytes(m->ops->host_memory, split - o->first, w);
-    if (parts & LLMT_OFFLOAD_GRADS)
-        bytes += (uint64_t)llmt_grad_split(split) * w;
+                     llmt_offload_staging_bytes(m->ops->host_memory, split - o->first, w) +
+                     (uint64_t)gs * w;
     /* An ordered slicer's sum keeps the gradients' host segment too at a
      * notch of several micro-batches: counted at every rung, as at the
      * smaller micro-batches that keep the cap's placement (one more than
      * a rung holding the batch whole needs). */
     uint64_t sum_device = 0, sum_host = 0;
     if (c->slicer && with_sum)
-        llmt_slicer_sum_bytes(c->slicer, c->batch, 1, notch_grad_split(c, offload_layers),
-                              &sum_device, &sum_host);
+        llmt_slicer_sum_bytes(c->slicer, c->batch, 1, gs, &sum_device, &sum_host);
     return bytes + sum_host;
 }
 

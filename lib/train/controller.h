@@ -81,8 +81,9 @@ void llmt_controller_notch(const llmt_controller *c, int64_t k, uint8_t *flags, 
                            int32_t *offload_layers);
 
 /* Device bytes notch k needs that depend on the notch: the activation
- * arena (activations + workspace), the ordered accumulation's sum at a
- * notch of several micro-batches, plus, for a placed optimizer, its state
+ * arena (activations + workspace), the device part of the ordered
+ * accumulation's sum at a notch of several micro-batches, plus, for a
+ * placed optimizer, its state
  * left on the device (a sharded optimizer's: of this rank's range; and the
  * model's device gradients, when the rungs offload gradients). */
 int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes);
@@ -152,7 +153,8 @@ int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limi
 /* The heaviest notch above the current whose bytes are the least of
  * those notches' (the offload rungs passed over are skipped) into *k, and
  * its bytes; *k = -1 when the current notch is the last. Where the bytes
- * never rise along the ladder (no ordered slicer) that is max. */
+ * never rise along the ladder (no ordered slicer) that is the heaviest
+ * notch not passed over. */
 int llmt_controller_least(const llmt_controller *c, int64_t *k, uint64_t *bytes);
 
 /* Text "ffn_act on layers 0-3, none on 4-7; micro-batch 8" of notch k, with
