@@ -67,8 +67,10 @@ static int move_to(llmt_trainer *tr, int64_t k)
     LLMT_TRY(llmt_controller_apply(&tr->ctl, k, tr->parts.recompute, tr->parts.slicer));
     tr->since_change = 0;
     tr->escalation_refused = 0;
+    tr->over_without_remedy = 0;
     return LLMT_OK;
 }
+
 
 /* Decides once, before the first placement, whether the offload rungs
  * place the optimizer: in one process, when llmt_controller_placeable
@@ -392,6 +394,22 @@ static int relax(llmt_trainer *tr, const candidate *cd, uint64_t cap)
     return stay_if_refused(tr, rc, refused, 0, from);
 }
 
+/* Logs once (until the next move) that this rank's peak is over the
+ * threshold and no heavier notch is predicted lower, so the controller
+ * stays. */
+static void note_no_remedy(llmt_trainer *tr, uint64_t peak, uint64_t cap)
+{
+    if (tr->over_without_remedy)
+        return;
+    char at[320];
+    llmt_controller_describe(&tr->ctl, tr->ctl.notch, at, sizeof at);
+    llmt_trainer_log(tr, "escalate", "step %lld: peak %.1f MiB is %.3f of capacity %.1f MiB, over "
+                     "the threshold %.2f, and no heavier setting is predicted lower: staying at "
+                     "[%s]", (long long)tr->step, mib(peak), (double)peak / (double)cap, mib(cap),
+                     tr->cfg.memory_threshold, at);
+    tr->over_without_remedy = 1;
+}
+
 int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
 {
     llmt_controller *c = &tr->ctl;
@@ -427,6 +445,8 @@ int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
     const int waiting = tr->escalation_refused && tr->since_change < tr->cfg.relax_window;
     if (v[AG_NOTCH] > c->notch)
         return waiting ? LLMT_OK : escalate(tr, peak, cap, &cd, v[AG_NOTCH]);
+    if (cd.ratio > tr->cfg.memory_threshold)
+        note_no_remedy(tr, peak, cap);
     if (cd.lighter < c->notch && tr->since_change >= tr->cfg.relax_window && !v[AG_VETO])
         return relax(tr, &cd, cap);
     return LLMT_OK;

@@ -37,6 +37,9 @@ struct llmt_trainer {
      * (since_change, restarted by the refusal) reaches relax_window; the
      * same on every rank; cleared by any move. */
     int32_t escalation_refused;
+    /* This rank logged that its peak is over the threshold with no heavier
+     * notch predicted lower (said once until the controller moves). */
+    int32_t over_without_remedy;
 
     FILE *metrics;
     llmt_step_callback callback;

@@ -15,7 +15,8 @@
 #   is met with a smaller micro-batch and nothing offloaded when the host
 #   budget holds none of it; with ordered accumulation, whose sum makes a
 #   smaller micro-batch heavier here, the controller takes the notch
-#   predicted lowest and every step runs.
+#   predicted lowest and every step runs, saying once that it stays over
+#   the threshold.
 # - A failed start removes the default fast tier it created under /dev/shm
 #   (then holding only the store's llmt.lock) and leaves one that existed,
 #   and one the configuration names.
@@ -132,6 +133,9 @@ grep -q "escalating from .* to \[recompute full on layers 0-0; micro-batch 1\]" 
 grep -q "to \[recompute full on layers 0-0; micro-batch 2\], predicted peak .*; no setting gets under the threshold: the one predicted lowest" \
     "$tmp/h3.log" || fail "ordered: not the lowest prediction: $(cat "$tmp/h3.log")"
 grep -q "^step     3/3 .* micro-batch 2 " "$tmp/h3.log" || fail "ordered: $(cat "$tmp/h3.log")"
+# Still over the threshold there, with nothing lower to move to: said once.
+[ "$(grep -c "no heavier setting is predicted lower: staying at \[recompute full on layers 0-0; micro-batch 2\]" "$tmp/h3.log")" = 1 ] ||
+    fail "ordered: not said once that it stays: $(cat "$tmp/h3.log")"
 
 # ---- A failed start: --resume without a checkpoint fails after the store
 # made the fast tier. Its name (from --out's real path) comes from a run that
