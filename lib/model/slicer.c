@@ -38,7 +38,7 @@ int llmt_slicer_create(llmt_slicer **out, llmt_model *model, int32_t micro_batch
 void llmt_slicer_free(llmt_slicer *s)
 {
     if (s)
-        llmt_ordered_sum_release(&s->sum, s->model->ctx);
+        llmt_slicer_release_sum(s);
     free(s);
 }
 
@@ -51,7 +51,7 @@ int llmt_slicer_set_accumulation(llmt_slicer *s, int32_t accumulation)
                          "llmt_accumulation", accumulation);
     s->accumulation = accumulation;
     if (accumulation == LLMT_ACCUMULATE_IN_PLACE)
-        llmt_ordered_sum_release(&s->sum, s->model->ctx);
+        llmt_slicer_release_sum(s);
     return LLMT_OK;
 }
 
@@ -117,7 +117,7 @@ int llmt_slicer_forward_backward(llmt_slicer *s, const int32_t *tokens, const in
      * micro-batch's gradient, computed alone, is added to it in order. */
     const int ordered = s->accumulation == LLMT_ACCUMULATE_ORDERED && b < batch;
     if (!ordered) /* a batch in one micro-batch holds no sum (as planned) */
-        llmt_ordered_sum_release(&s->sum, m->ctx);
+        llmt_slicer_release_sum(s);
     /* Exactly one micro-batch's arena: a smaller last slice runs inside it. */
     if (!m->have_arena || m->layout.batch != b || m->layout.seq != seq_len ||
         memcmp(m->arena_flags, m->rc_flags, (size_t)m->dims.layers) != 0) {

@@ -71,7 +71,6 @@ static int move_to(llmt_trainer *tr, int64_t k)
     return LLMT_OK;
 }
 
-
 /* Decides once, before the first placement, whether the offload rungs
  * place the optimizer: in one process, when llmt_controller_placeable
  * allows it; in data parallel, only when every rank's may be placed (the
@@ -458,7 +457,9 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     llmt_comm *comm = comm_of(tr);
     int64_t v[AG_COUNT] = {0};
     int moved = 0;
-    int rc = attach(tr);
+    int rc = free_step_layout(tr); /* the arena is remade for the notch the retry takes */
+    if (!rc)
+        rc = attach(tr);
     if (!rc)
         rc = set_cap(tr, tr->step + 1);
     if (!rc)

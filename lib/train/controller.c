@@ -303,12 +303,7 @@ int llmt_controller_place(llmt_controller *c, int64_t k, uint64_t budget, uint64
 {
     if (!c->opt)
         return LLMT_OK;
-    uint8_t *flags = malloc((size_t)c->layers);
-    if (!flags)
-        return llmt_fail(LLMT_ENOMEM, "controller: out of memory");
-    int32_t micro = 0, target = 0;
-    llmt_controller_notch(c, k, flags, &micro, &target);
-    free(flags);
+    const int32_t target = rung_layers(c, placed_rung(c, k, c->cap));
     int32_t now = 0, layers = 0;
     LLMT_TRY(llmt_optimizer_get_offload(c->opt, &now, &layers));
     if (layers == target)

@@ -11,7 +11,6 @@
 #include "core/context_internal.h"
 #include "core/error.h"
 #include "data/loader_internal.h"
-#include "model/slicer_internal.h"
 #include "optim/optim_internal.h"
 #include "train/dist_fast_tier.h"
 #include "train/trainer_internal.h"
@@ -246,14 +245,12 @@ static int forward_backward(llmt_trainer *tr, double scale, double *loss, int32_
             failed = rc;
         if (failed != LLMT_ENOMEM || !tr->cfg.adaptive)
             return rc;
-        /* Partial gradients are discarded (zeroed on the next attempt), the
-         * arena and the ordered sum freed, and the controller picks a notch
-         * that fits (its bytes count both). */
+        /* Partial gradients are discarded (zeroed on the next attempt), and
+         * the controller frees the step's layout and picks a notch that
+         * fits. */
         char why[512];
         snprintf(why, sizeof why, "%s", llmt_error_last());
         LLMT_TRY(llmt_model_zero_grads(p->model));
-        LLMT_TRY(llmt_model_release_activations(p->model));
-        llmt_slicer_release_sum(p->slicer);
         LLMT_TRY(llmt_trainer_escalate_to_fit(tr, why));
     }
 }

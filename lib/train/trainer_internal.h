@@ -58,8 +58,9 @@ void llmt_trainer_log(llmt_trainer *tr, const char *event, const char *fmt, ...)
  * is agreed by every rank (collective). */
 int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t capacity);
 
-/* After LLMT_ENOMEM (arena released): moves to the lightest notch whose
- * arena fits what the budget leaves; LLMT_ENOMEM with the planner's figure
+/* After LLMT_ENOMEM: frees the step's layout (the arena and the ordered
+ * sum), then moves to the lightest notch whose bytes fit what the budget
+ * leaves; LLMT_ENOMEM with the planner's figure
  * when none does. `why` is the allocation's message. Data parallel
  * (collective): the heaviest of the ranks' lightest fitting notches, and
  * LLMT_ENOMEM on every rank when one has none. */
