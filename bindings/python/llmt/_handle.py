@@ -75,6 +75,16 @@ class Handle:
         self._native = _Native(ptr, free, type(self).__name__,
                                [p._native for p in self._parents])
 
+    @classmethod
+    def _borrow(cls, ptr, owner, **attrs):
+        """An object over a handle ``owner`` owns (freed with it, never by
+        this object), with the attributes ``attrs`` set."""
+        self = cls.__new__(cls)
+        self._attach(ptr, None, (owner,))
+        for name, value in attrs.items():
+            setattr(self, name, value)
+        return self
+
     @property
     def _ptr(self):
         native = self._native

@@ -112,14 +112,6 @@ class Model(Handle):
         opts.eos_token_id = -1 if eos_token_id is None else int(eos_token_id)
         lib.llmt_model_export_hf(self._ptr, path_bytes(path), ctypes.byref(opts))
 
-    @classmethod
-    def _borrow(cls, ptr, owner, context):
-        """A Model over a handle ``owner`` owns (a trainer's model)."""
-        self = cls.__new__(cls)
-        self._attach(ptr, None, (owner,))
-        self.context = context
-        return self
-
     @property
     def config(self):
         """The configuration as a dict of llmt_model_config fields."""

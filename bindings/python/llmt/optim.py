@@ -130,14 +130,6 @@ class Optimizer(Handle):
         self._attach(out, lib.llmt_optimizer_free, parents)
         self.model = model
 
-    @classmethod
-    def _borrow(cls, ptr, owner, model):
-        """An Optimizer over a handle ``owner`` owns (a trainer's optimizer)."""
-        self = cls.__new__(cls)
-        self._attach(ptr, None, (owner,))
-        self.model = model
-        return self
-
     @property
     def shard(self):
         """(first, end): the range of the flat parameter buffer whose state

@@ -238,7 +238,7 @@ class Trainer(Handle):
         if self._model is not None:
             return self._model
         return self._borrowed("_borrowed_model", lambda: Model._borrow(
-            lib.llmt_trainer_model(self._ptr), self, self._context))
+            lib.llmt_trainer_model(self._ptr), self, context=self._context))
 
     @property
     def optimizer(self):
@@ -249,7 +249,7 @@ class Trainer(Handle):
         if self._optimizer is not None:
             return self._optimizer
         return self._borrowed("_borrowed_optimizer", lambda: Optimizer._borrow(
-            lib.llmt_trainer_optimizer(self._ptr), self, self.model))
+            lib.llmt_trainer_optimizer(self._ptr), self, model=self.model))
 
     def _borrowed(self, slot, make):
         """The part a trainer from a configuration owns, as an object
