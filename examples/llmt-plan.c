@@ -15,8 +15,8 @@
  * the ZeRO-1 sharded optimizer (the largest rank, or --rank). With --offload
  * optimizer the AdamW state (of the first --offload-layers; with --world,
  * of the part of the rank's range among them) is planned in host memory,
- * with --offload optimizer+grads their gradients too (not with --world):
- * the peak column is device bytes, the host column host bytes (llmt_plan's
+ * with --offload optimizer+grads their gradients too (every rank's whole
+ * gradient's prefix with --world): the peak column is device bytes, the host column host bytes (llmt_plan's
  * host_peak), which --host-budget limits in the fit. Exit status: 0, 1 when
  * planning fails or nothing fits --budget, 2 for a usage error. */
 #include <errno.h>
@@ -89,9 +89,9 @@ static void usage(FILE *f)
             "                     memory, or optimizer+grads: their gradients too (the\n"
             "                     device keeps one layer's at a time); with --budget,\n"
             "                     offload joins the fit's ladder after recompute, before\n"
-            "                     the micro-batch halves; with --world, optimizer only\n"
-            "                     (each rank offloads the part of its range in the\n"
-            "                     offloaded layers)\n"
+            "                     the micro-batch halves; with --world, each rank\n"
+            "                     offloads the state of the part of its range in the\n"
+            "                     offloaded layers (and all their gradients)\n"
             "  --offload-layers L with --offload optimizer or optimizer+grads: all\n"
             "                     (default) or K, 0..layers: the embedding and layers\n"
             "                     0..K-1 only\n"
@@ -208,6 +208,21 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
            "%lld) (%lld) on the device\n", p.rank, (long long)first, (long long)split,
            (long long)(split - first), (long long)split, (long long)end,
            (long long)(end - split));
+    if (!(pc->offload_parts & LLMT_OFFLOAD_GRADS))
+        return 0;
+    /* The gradients' host bytes: what the state alone does not hold. */
+    llmt_plan_config state_only = *pc;
+    state_only.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    state_only.rank = p.rank;
+    llmt_plan s = LLMT_PLAN_INIT;
+    if (llmt_plan_compute_backend(backend, threads, &state_only, &s)) {
+        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+        return 1;
+    }
+    const uint64_t elem = p.bytes[LLMT_MEM_PARAMS] / (uint64_t)p.num_params;
+    const long long gs = (long long)((p.host_peak - s.host_peak) / elem);
+    printf("offloaded on every rank: the gradients of [0, %lld) (%lld) in host memory, the rest "
+           "and one layer's bucket on the device\n", gs, gs);
     return 0;
 }
 

@@ -142,11 +142,15 @@ LLMT_API void llmt_optimizer_free(llmt_optimizer *opt);
  * ones are freed, so on any failure (LLMT_ENOMEM naming the budget or host
  * budget) the placement, state and gradients are as they were. Errors:
  * LLMT_EINVAL naming the argument, LLMT_ENOMEM, LLMT_EUNSUPPORTED for
- * gradients with a sharded optimizer or a backend without per-granule
- * gradient statistics. A sharded optimizer offloads the state of the part
- * of its range inside the prefix (none when its range lies past it); each
- * rank places its own (not collective), and the results are bitwise the
- * same whatever each chose. */
+ * gradients on a backend without per-granule gradient statistics. A
+ * sharded optimizer offloads the state of the part of its range inside the
+ * prefix (none when its range lies past it), and with LLMT_OFFLOAD_GRADS
+ * the gradients of the whole prefix (every rank holds the whole model's),
+ * which are sent to their owners from host memory after backward. Each
+ * rank places its own state (not collective), and the results are bitwise
+ * the same whatever each chose; the gradients' placement must be the same
+ * on every rank at each step (a step with placements that differ fails on
+ * every rank with LLMT_ECOMM naming it). */
 LLMT_API int llmt_optimizer_set_offload(llmt_optimizer *opt, int32_t parts, int32_t layers);
 
 /* The placement set by the config or llmt_optimizer_set_offload: *layers is

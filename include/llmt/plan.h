@@ -96,10 +96,10 @@ typedef struct llmt_plan {
  * of that prefix, up to its last whole 4096-element granule, are in
  * HOST_STATE too and GRADS holds the rest and one device bucket (the
  * largest offloaded layer, embedding or tail). out->host_peak is the
- * HOST_STATE bytes. Errors: LLMT_EINVAL naming the field, LLMT_EVERSION,
- * LLMT_EUNSUPPORTED for gradient offload with world_size (a sharded
- * optimizer offloads its state only), or on a backend without the
- * per-granule gradient norm. */
+ * HOST_STATE bytes; with world_size, every rank offloads the gradients of
+ * the whole prefix (each holds the whole model's gradients). Errors:
+ * LLMT_EINVAL naming the field, LLMT_EVERSION, LLMT_EUNSUPPORTED for
+ * gradient offload on a backend without the per-granule gradient norm. */
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,
                                llmt_plan *out);
 

@@ -14,7 +14,8 @@
  *  2. No op writes slot k while a store from it may run: every store from k
  *     marks fence k, and every load into k (the only writer before the
  *     bucket's ops) first waits for fence k; the optimizer's uploads for
- *     the norm (into slot 0) come after llmt_grads_settle (4).
+ *     the norm and a sharded optimizer's for the exchange (into slot 0)
+ *     come after llmt_grads_settle (4).
  *  3. A load of bucket b reads b's host bytes after b's last store: that
  *     store came from slot b % 2 (b's only slot) and marked fence b % 2,
  *     which the load waits for; the upload itself runs on the compute

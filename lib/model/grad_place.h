@@ -12,8 +12,9 @@
 
 #include "model/model_internal.h"
 
-/* Elements of host gradients uploaded at once for the norm on a backend
- * whose memory the host cannot read (a multiple of LLMT_SHARD_GRANULE). */
+/* Elements of host gradients uploaded at once for the norm (and a sharded
+ * optimizer's exchange) on a backend whose memory the host cannot read (a
+ * multiple of LLMT_SHARD_GRANULE). */
 #define LLMT_GRAD_STATS_CHUNK ((int64_t)1 << 20)
 
 /* Where the host cannot read device memory, an offloaded bucket starts in

@@ -83,9 +83,6 @@ static int check_offload_fields(const llmt_plan_config *c, const char *fn)
     if (c->offload_parts != LLMT_OFFLOAD_NONE && !c->with_optimizer)
         return llmt_fail(LLMT_EINVAL, "%s: cfg->offload_parts = %d needs cfg->with_optimizer = 1 "
                          "(it places the optimizer's state)", fn, c->offload_parts);
-    if (c->world_size > 0)
-        LLMT_TRY(llmt_offload_check_sharded(fn, "cfg->offload_parts (with cfg->world_size)",
-                                            c->offload_parts));
     return LLMT_OK;
 }
 
@@ -213,11 +210,11 @@ static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params,
 }
 
 /* The most host bytes any of the world_size ranks holds, for params
- * parameters of elem bytes with the state of [0, prefix) offloaded. (No
- * gradient is offloaded with a communicator: a rank's host bytes are its
- * state's.) */
+ * parameters of elem bytes with the state of [0, prefix) offloaded, and
+ * grad_host bytes of offloaded gradients, which every rank holds alike (its
+ * whole gradient's prefix). */
 static uint64_t most_rank_host(int precision, size_t elem, int64_t params, int64_t prefix,
-                               int host_memory, int32_t world_size)
+                               int host_memory, int32_t world_size, uint64_t grad_host)
 {
     uint64_t most = 0;
     for (int32_t r = 0; r < world_size; r++) {
@@ -225,7 +222,7 @@ static uint64_t most_rank_host(int precision, size_t elem, int64_t params, int64
         rank_shard_bytes(precision, elem, params, prefix, host_memory, world_size, r, &s);
         most = s.host > most ? s.host : most;
     }
-    return most;
+    return most + grad_host;
 }
 
 /* The plan of a checked configuration, for a backend's op table (only its
@@ -267,9 +264,10 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
         out->rank = plan_rank(c, e, params, split, ops->host_memory, &shard);
     else if (c->with_optimizer)
         state_bytes(c->model.precision, e, split, ops->host_memory, &shard);
-    /* Gradient offload (never with a communicator): [0, grad_split) on the
-     * host, the rest and one bucket on the device (grad_split and bucket
-     * are 0 without it). Without a communicator, an ordered slicer sums
+    /* Gradient offload: [0, grad_split) on the host, the rest and one
+     * bucket on the device (grad_split and bucket are 0 without it), on
+     * every rank alike with a communicator (each holds the whole model's
+     * gradients). Without a communicator, an ordered slicer sums
      * each micro-batch's gradient into one more buffer, fp32 in every
      * mode, split as the gradients are (ordered_sum.h), when the batch has
      * more than one. */
@@ -298,7 +296,8 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     if (most_host)
         *most_host = c->host_budget && c->world_size > 0 && c->rank < 0
                          ? most_rank_host(c->model.precision, e, params, split,
-                                          ops->host_memory, c->world_size)
+                                          ops->host_memory, c->world_size,
+                                          (uint64_t)n.grad_split * e)
                          : host_state;
     return LLMT_OK;
 }

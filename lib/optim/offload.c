@@ -39,16 +39,9 @@ int llmt_offload_check_parts(const char *fn, const char *name, int32_t parts)
     return LLMT_OK;
 }
 
-int llmt_offload_check_sharded(const char *fn, const char *name, int32_t parts)
+int64_t llmt_offload_grad_split_of(const llmt_model *m, int32_t parts, int32_t layers)
 {
-    if (!(parts & LLMT_OFFLOAD_GRADS))
-        return LLMT_OK;
-    return llmt_fail(LLMT_EUNSUPPORTED,
-                     "%s: %s = %d on a sharded optimizer: gradient offload is not built for "
-                     "data parallel (every rank's whole gradient is exchanged from the device; "
-                     "the owner's summed range is already 1/N of them): use "
-                     "LLMT_OFFLOAD_OPTIMIZER",
-                     fn, name, parts);
+    return parts & LLMT_OFFLOAD_GRADS ? llmt_grad_split(llmt_offload_prefix(m, parts, layers)) : 0;
 }
 
 int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t num_layers)
@@ -237,6 +230,14 @@ typedef struct chunk {
     int host_g;
 } chunk;
 
+/* Where the gradients the host AdamW reads stop being host_grads: the
+ * model's gradient split, or 0 for a sharded optimizer, which reads its
+ * reduced sum (in the backend's memory) wherever the model's own are. */
+static int64_t host_grads_end(const llmt_optimizer *o)
+{
+    return o->comm ? 0 : o->model->grad_split;
+}
+
 /* The chunk of the range [c, e) that starts at c: at most limit elements,
  * its gradients from one place (the gradient split gs never inside). */
 static chunk chunk_at(int64_t c, int64_t e, int64_t gs, int64_t limit)
@@ -313,10 +314,10 @@ static int update_chunks(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int6
 {
     const llmt_model *m = o->model;
     size_t wb = llmt_dtype_size(m->dt);
-    chunk cur = chunk_at(off, e, m->grad_split, LLMT_OFFLOAD_CHUNK);
+    chunk cur = chunk_at(off, e, host_grads_end(o), LLMT_OFFLOAD_CHUNK);
     LLMT_TRY(download(o, cur, 0));
     for (int h = 0; cur.k > 0; h = 1 - h) {
-        chunk next = chunk_at(cur.c + cur.k, e, m->grad_split, LLMT_OFFLOAD_CHUNK);
+        chunk next = chunk_at(cur.c + cur.k, e, host_grads_end(o), LLMT_OFFLOAD_CHUNK);
         if (next.k > 0)
             LLMT_TRY(download(o, next, 1 - h));
         LLMT_TRY(m->ops->fence_sync(m->dev, half_fence(h)));
@@ -385,8 +386,8 @@ int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64
         return update_pipelined(o, a, off, e);
     /* Host memory: the CPU kernel updates in place, one call per place the
      * gradients come from. */
-    for (chunk ch = chunk_at(off, e, m->grad_split, e - off); ch.k > 0;
-         ch = chunk_at(ch.c + ch.k, e, m->grad_split, e - off)) {
+    for (chunk ch = chunk_at(off, e, host_grads_end(o), e - off); ch.k > 0;
+         ch = chunk_at(ch.c + ch.k, e, host_grads_end(o), e - off)) {
         chunk_args(o, &a, ch);
         LLMT_TRY(m->ops->adamw(m->dev, &a));
     }
@@ -395,7 +396,7 @@ int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64
 
 int64_t llmt_offload_grad_split(const llmt_optimizer *o)
 {
-    return o->offload_parts & LLMT_OFFLOAD_GRADS ? llmt_grad_split(o->split) : 0;
+    return llmt_offload_grad_split_of(o->model, o->offload_parts, o->offload_layers);
 }
 
 int llmt_offload_place_grads(llmt_optimizer *o)
@@ -494,8 +495,6 @@ int llmt_optimizer_set_offload(llmt_optimizer *o, int32_t parts, int32_t layers)
     if (!o)
         return llmt_fail(LLMT_EINVAL, "%s: opt is NULL", fn);
     LLMT_TRY(llmt_offload_check(fn, parts, layers, o->model->dims.layers));
-    if (o->comm)
-        LLMT_TRY(llmt_offload_check_sharded(fn, "parts", parts));
     LLMT_TRY(llmt_offload_check_backend(o, fn, parts));
     if (parts == LLMT_OFFLOAD_NONE)
         layers = 0;
@@ -505,7 +504,7 @@ int llmt_optimizer_set_offload(llmt_optimizer *o, int32_t parts, int32_t layers)
      * state then cannot, they go back, and should that fail too the next
      * step puts them where the placement says before it reads them. */
     const int64_t old_grad_split = m->grad_split;
-    LLMT_TRY(llmt_grads_place(m, parts & LLMT_OFFLOAD_GRADS ? llmt_grad_split(split) : 0));
+    LLMT_TRY(llmt_grads_place(m, llmt_offload_grad_split_of(m, parts, layers)));
     int rc = split == o->split ? LLMT_OK : move_state(o, split);
     if (rc) { /* the gradients go back; the state's refusal is the message */
         char why[512];

@@ -42,11 +42,11 @@ int llmt_offload_check_parts(const char *fn, const char *name, int32_t parts);
  * the argument at fault (LLMT_EINVAL). */
 int llmt_offload_check(const char *fn, int32_t parts, int32_t layers, int64_t num_layers);
 
-/* The placements a sharded (ZeRO-1) optimizer takes: the optimizer's state
- * of the owned range's part in the prefix, not the gradients, whose whole
- * buffer every rank exchanges from the device (LLMT_EUNSUPPORTED naming fn
- * and the argument `name`). parts must have been checked. */
-int llmt_offload_check_sharded(const char *fn, const char *name, int32_t parts);
+/* The gradient split of the placement (parts, layers) of m: the offloaded
+ * prefix's end rounded down to a granule (llmt_grad_split) with
+ * LLMT_OFFLOAD_GRADS, else 0. Never clamped to an optimizer's range: every
+ * rank, sharded or not, holds the whole model's gradients (checked layers). */
+int64_t llmt_offload_grad_split_of(const llmt_model *m, int32_t parts, int32_t layers);
 
 /* Bytes of HOST_STATE staging for a host segment of host_elems elements of
  * weight dtype size w_size: 0 where the backend's memory is host memory. */

@@ -79,13 +79,14 @@ int llmt_offload_master_from_weights(llmt_optimizer *o);
 
 /* AdamW over [off, e) of the host segment (first <= off < e <= split): a
  * holds every field but the pointers, n and rng_offset. The gradients come
- * from where the model keeps them (host_grads below its grad_split). Where
+ * from where the model keeps them (host_grads below its grad_split), a
+ * sharded optimizer's from its reduced sum. Where
  * the host cannot read the backend's memory the copies overlap the host's
  * AdamW; the ops queued after it see the updated weights. */
 int llmt_offload_update(llmt_optimizer *o, llmt_adamw_args a, int64_t off, int64_t e);
 
-/* The model's gradient split o's placement asks for: the offloaded prefix
- * rounded down to a granule with LLMT_OFFLOAD_GRADS, else 0. */
+/* The model's gradient split o's placement asks for
+ * (llmt_offload_grad_split_of). */
 int64_t llmt_offload_grad_split(const llmt_optimizer *o);
 
 /* LLMT_EUNSUPPORTED (naming fn and parts) where parts asks for gradient
@@ -120,7 +121,9 @@ int llmt_offload_state_io(const llmt_optimizer *o, int sec, int64_t e0, int64_t 
 int llmt_optimizer_reduce_begin(llmt_optimizer *o);
 
 /* One round of the reduction: every rank i with present[i] sends the
- * model's gradients of each owner's range, and each owner adds what it
+ * model's gradients of each owner's range (the offloaded ones from host
+ * memory, through the gradient bucket where the engine moves device
+ * memory), and each owner adds what it
  * receives to its gradient sum in rank order, in fp32 (collective). */
 int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present);
 

@@ -141,8 +141,6 @@ int llmt_optimizer_alloc_state(llmt_optimizer *o, int64_t first, int64_t end)
     o->end = end;
     const char *fn = o->comm ? "llmt_optimizer_create_sharded" : "llmt_optimizer_create";
     int rc = llmt_offload_check(fn, o->cfg.offload_parts, o->cfg.offload_layers, model->dims.layers);
-    if (!rc && o->comm)
-        rc = llmt_offload_check_sharded(fn, "cfg->offload_parts", o->cfg.offload_parts);
     if (!rc)
         rc = llmt_offload_check_backend(o, fn, o->cfg.offload_parts);
     if (rc)
@@ -413,13 +411,17 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
         o->weights_epoch = m->weights_epoch;
     }
     /* A sharded optimizer outside a trainer: this rank's gradient is its
-     * whole contribution. */
+     * whole contribution. The ranks' gradient splits must agree: the
+     * exchange's windows are cut there (sharded.c). */
     if (o->comm && !o->grads_reduced) {
         uint8_t *all = malloc((size_t)llmt_comm_size(o->comm));
         if (!all)
             return llmt_fail(LLMT_ENOMEM, "%s: out of host memory", fn);
         memset(all, 1, (size_t)llmt_comm_size(o->comm));
-        int rc = llmt_optimizer_reduce_begin(o);
+        int rc = llmt_comm_check_same(o->comm, "the gradient placement (offloaded layers)",
+                                      (uint64_t)llmt_offload_grad_split(o));
+        if (!rc)
+            rc = llmt_optimizer_reduce_begin(o);
         if (!rc)
             rc = llmt_optimizer_reduce_round(o, all);
         free(all);

@@ -189,16 +189,17 @@ int llmt_optimizer_reduce_begin(llmt_optimizer *o)
     return m->ops->mem_zero(m->dev, o->grad_sum.ptr, o->grad_sum.bytes);
 }
 
-/* The reduction of the model's gradients [s, e) for one round, in windows
- * of at most llmt_exchange_window elements: every rank i with present[i]
- * sends each owner the part of the window in the owner's range, and each
- * owner adds the pieces to its gradient sum in rank order, in fp32. Queued
- * on the engine (llmt_comm_alltoallv_add; llmt_optimizer_reduce_join
- * orders the device after it) when `queued`, else done before returning.
- * Every element is in one window, so the order of its additions, and so
- * its bits, do not depend on [s, e). */
-static int reduce_range(llmt_optimizer *o, int64_t s, int64_t e, const uint8_t *present,
-                        int queued)
+/* The reduction of the model's gradients [s, e) for one round, read from
+ * src (element s's address; the bytes must be the backend's memory), in
+ * windows of at most llmt_exchange_window elements: every rank i with
+ * present[i] sends each owner the part of the window in the owner's range,
+ * and each owner adds the pieces to its gradient sum in rank order, in
+ * fp32. Queued on the engine (llmt_comm_alltoallv_add;
+ * llmt_optimizer_reduce_join orders the device after it) when `queued`,
+ * else done before returning. Every element is in one window, so the order
+ * of its additions, and so its bits, do not depend on [s, e). */
+static int reduce_range(llmt_optimizer *o, int64_t s, int64_t e, const char *src,
+                        const uint8_t *present, int queued)
 {
     const llmt_model *m = o->model;
     const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
@@ -223,7 +224,7 @@ static int reduce_range(llmt_optimizer *o, int64_t s, int64_t e, const uint8_t *
             recv_offsets[r] = (size_t)r * slot;
         }
         float *sum = (float *)o->grad_sum.ptr + (slot ? a - o->first : 0);
-        const void *send = llmt_model_at(m, &m->grads, w0);
+        const void *send = src + (size_t)(w0 - s) * es;
         if (queued) {
             rc = llmt_comm_alltoallv_add(o->comm, "gradient exchange", send, send_bytes,
                                          send_offsets, o->recv.ptr, recv_bytes, recv_offsets, sum,
@@ -242,13 +243,44 @@ static int reduce_range(llmt_optimizer *o, int64_t s, int64_t e, const uint8_t *
     return rc;
 }
 
+/* The round's reduction of the offloaded gradients [0, grad_split), which
+ * are in host memory (host_grads): sent from there where that is the
+ * backend's memory, else uploaded into the model's gradient bucket
+ * LLMT_GRAD_STATS_CHUNK elements at a time, as the norm's uploads are (slot
+ * 0 holds that many; it is free once the gradients are settled), and sent
+ * from it. The upload is queued on the device before the exchange, which
+ * the engine orders after it and waits for, so the next upload does not
+ * overwrite bytes still to be sent. The exchange's windows are cut at the
+ * split (and at every chunk), so the ranks' calls line up only where their
+ * splits are the same: the trainer and llmt_optimizer_step check that
+ * they are. */
+static int reduce_offloaded(llmt_optimizer *o, const uint8_t *present)
+{
+    const llmt_model *m = o->model;
+    const size_t es = llmt_dtype_size(m->dt);
+    const int64_t gs = m->grad_split;
+    if (m->ops->host_memory)
+        return gs > 0 ? reduce_range(o, 0, gs, m->host_grads.ptr, present, 0) : LLMT_OK;
+    for (int64_t c = 0; c < gs; c += LLMT_GRAD_STATS_CHUNK) {
+        int64_t k = gs - c < LLMT_GRAD_STATS_CHUNK ? gs - c : LLMT_GRAD_STATS_CHUNK;
+        LLMT_TRY(m->ops->copy_on_device(m->dev, m->grad_bucket.ptr,
+                                        (const char *)m->host_grads.ptr + (size_t)c * es,
+                                        (size_t)k * es));
+        LLMT_TRY(reduce_range(o, c, c + k, m->grad_bucket.ptr, present, 0));
+    }
+    return LLMT_OK;
+}
+
 int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
 {
-    /* The whole gradient buffer on the device (another optimizer of the
-     * model may have offloaded it), allocated. */
+    /* The gradients where this optimizer's placement puts them (another
+     * optimizer of the model may have moved them), whole in host_grads
+     * below the split and in the device buffer from it. */
+    llmt_model *m = o->model;
     LLMT_TRY(llmt_offload_place_grads(o));
-    LLMT_TRY(llmt_grads_settle(o->model));
-    return reduce_range(o, 0, o->model->num_params, present, 0);
+    LLMT_TRY(llmt_grads_settle(m));
+    LLMT_TRY(reduce_offloaded(o, present));
+    return reduce_range(o, m->grad_split, m->num_params, m->grads.ptr, present, 0);
 }
 
 int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps)
@@ -264,9 +296,10 @@ int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps)
 
 int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_t *present)
 {
+    const llmt_model *m = o->model;
     int64_t s = 0, e = 0;
-    llmt_grad_bucket_range(o->model, bucket, &s, &e);
-    return reduce_range(o, s, e, present, 1);
+    llmt_grad_bucket_range(m, bucket, &s, &e);
+    return reduce_range(o, s, e, llmt_model_at(m, &m->grads, s), present, 1);
 }
 
 int llmt_optimizer_reduce_join(llmt_optimizer *o)

@@ -99,10 +99,7 @@ static int64_t notch_grad_split(const llmt_controller *c, int32_t offload_layers
 {
     if (!c->opt)
         return c->model->grad_split;
-    int32_t parts = rung_parts(c, offload_layers);
-    return parts & LLMT_OFFLOAD_GRADS
-               ? llmt_grad_split(llmt_offload_split(c->opt, parts, offload_layers))
-               : 0;
+    return llmt_offload_grad_split_of(c->model, rung_parts(c, offload_layers), offload_layers);
 }
 
 /* Device bytes of what the controller places, with offload_layers
@@ -274,8 +271,7 @@ int llmt_controller_placeable(const llmt_optimizer *opt, int *placeable)
     LLMT_TRY(llmt_optimizer_get_offload(opt, &parts, &layers));
     /* An optimizer without offload (its rungs offload the state), or one
      * whose owner allowed gradient offload but offloaded no layer (the
-     * rungs offload state and gradients; a sharded optimizer never has
-     * it: it refuses gradient offload). */
+     * rungs offload state and gradients). */
     *placeable = parts == LLMT_OFFLOAD_NONE || ((parts & LLMT_OFFLOAD_GRADS) && layers == 0);
     return LLMT_OK;
 }

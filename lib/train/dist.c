@@ -170,16 +170,18 @@ int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *l
     /* Every rank's local work before the first collective of the step is
      * agreed, then the step's shape: the same micro-batch, recompute and
      * overlap on every rank, or the micro-batches (and the engine's calls)
-     * would not line up; and the same notch of the adaptive controller,
-     * whose decisions are collectives (adapt.c). */
+     * would not line up; the same gradient split, where the exchange's
+     * windows are cut (sharded.c); and the same notch of the adaptive
+     * controller, whose decisions are collectives (adapt.c). */
     rc = llmt_comm_agree_code(o->comm, rc, failed);
     uint64_t shape = (uint64_t)sp.rows_per << 32 | (uint64_t)T | (uint64_t)overlap << 63;
-    uint64_t notch = (uint64_t)tr->ctl.notch;
+    uint64_t agreed[2] = {(uint64_t)tr->ctl.notch, (uint64_t)llmt_offload_grad_split(o)};
     if (!rc)
         rc = llmt_comm_check_same(o->comm, "the micro-batch, recompute policy, reduction "
-                                  "overlap and adaptive controller's notch of the step",
+                                  "overlap, gradient placement (offloaded layers) and adaptive "
+                                  "controller's notch of the step",
                                   XXH3_64bits_withSeed(m->rc_flags, (size_t)m->dims.layers, shape) ^
-                                      XXH3_64bits(&notch, sizeof notch));
+                                      XXH3_64bits(agreed, sizeof agreed));
     if (!rc)
         rc = o->reduce_mode == LLMT_REDUCE_FAST
                  ? fast_window(tr, &sp, overlap, scale, loss_bits, present, failed)
@@ -196,6 +198,8 @@ int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *l
     *loss = sp.total > 0 ? sum / (double)sp.total : 0.0;
     free(loss_bits);
     free(present);
+    if (rc || *failed) /* no whole sum: a later llmt_optimizer_step reduces anew */
+        o->grads_reduced = 0;
     return rc;
 }
 

@@ -35,7 +35,8 @@
 #   nccl-sharded gpu_nccl_sharded: the sharded optimizer over that
 #               communicator takes bitwise the steps of an unsharded one
 #               (bf16_mixed), also with its state of the embedding and
-#               layer 0 on the host (tests/gpu/test_nccl_sharded.c)
+#               layer 0 on the host, and with their gradients too
+#               (tests/gpu/test_nccl_sharded.c)
 #   nccl-train  llmt-train --data-parallel on CUDA, one rank over NCCL: the
 #               loss falls, a sharded checkpoint resumes to the bytes of an
 #               uninterrupted run (tests/gpu/train_nccl_world1.sh)

@@ -9,7 +9,10 @@
  * get_state gathers. A second twin offloads its optimizer state of the
  * embedding and layer 0 (cfg LLMT_OFFLOAD_OPTIMIZER, offload_layers 1): its
  * range straddles the split, and the pipelined host AdamW (pinned staging,
- * copy-stream fences) on the reduced sum it downloads gives the same bits.
+ * copy-stream fences) on the reduced sum it downloads gives the same bits;
+ * a third offloads the gradients of that prefix too (LLMT_OFFLOAD_GRADS:
+ * stored to pinned host memory on the copy stream as backward runs, then
+ * uploaded into the gradient bucket for the exchange): the same bits.
  * Without a CUDA device it exits 77 (skipped), or fails under
  * LLMT_REQUIRE_CUDA=1; a device without a usable NCCL fails. */
 #include <stdio.h>
@@ -81,10 +84,11 @@ static void expect_same_state(const llmt_optimizer *a, const llmt_optimizer *b, 
 }
 
 /* An unsharded optimizer and a sharded one over g_comm whose state of the
- * first offload_layers layers (and the embedding) is on the host
- * (offload_layers 0: none) take STEPS bf16_mixed steps on twin models:
- * bitwise the same weights after each step, and the same state. */
-static void same_steps(int32_t offload_layers)
+ * first offload_layers layers (and the embedding) is on the host, with
+ * their gradients when parts has LLMT_OFFLOAD_GRADS (offload_layers 0:
+ * none) take STEPS bf16_mixed steps on twin models: bitwise the same
+ * weights after each step, and the same state. */
+static void same_steps(int32_t parts, int32_t offload_layers)
 {
     if (!g_comm)
         cuda_unavailable(g_why);
@@ -95,7 +99,7 @@ static void same_steps(int32_t offload_layers)
     llmt_optimizer *a = NULL, *b = NULL;
     check_ok(llmt_optimizer_create(&a, plain, &oc), "optimizer");
     if (offload_layers) {
-        oc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+        oc.offload_parts = parts;
         oc.offload_layers = offload_layers;
     }
     check_ok(llmt_optimizer_create_sharded(&b, twin, &oc, g_comm, LLMT_REDUCE_DETERMINISTIC),
@@ -103,6 +107,8 @@ static void same_steps(int32_t offload_layers)
     if (offload_layers) { /* world 1: the range is every element; the split inside it */
         assert_int_equal(b->split, twin->layer[offload_layers].ln1);
         assert_true(b->first < b->split && b->split < b->end);
+        assert_int_equal(twin->grad_split, parts & LLMT_OFFLOAD_GRADS ? b->split / 4096 * 4096 : 0);
+        assert_true(twin->grad_split > 0 || !(parts & LLMT_OFFLOAD_GRADS));
     }
     int32_t tokens[BATCH * SEQ], targets[BATCH * SEQ];
     void *start = weights_of(twin);
@@ -132,9 +138,9 @@ static void same_steps(int32_t offload_layers)
     assert_true(memcmp(start, end, twin->weights.bytes) != 0); /* the steps moved them */
     expect_same_state(a, b, twin);
     if (offload_layers)
-        printf("sharded over NCCL (world 1, bf16_mixed, state of [0, %lld) of [0, %lld) on the host): "
-               "%d steps bitwise the unsharded optimizer's\n", (long long)b->split,
-               (long long)b->end, STEPS);
+        printf("sharded over NCCL (world 1, bf16_mixed, state of [0, %lld) of [0, %lld) on the host, "
+               "gradients of [0, %lld)): %d steps bitwise the unsharded optimizer's\n",
+               (long long)b->split, (long long)b->end, (long long)twin->grad_split, STEPS);
     else
         printf("sharded over NCCL (world 1, bf16_mixed): %d steps bitwise the unsharded "
                "optimizer's\n", STEPS);
@@ -149,14 +155,21 @@ static void same_steps(int32_t offload_layers)
 static void test_sharded_same_steps(void **state)
 {
     (void)state;
-    same_steps(0);
+    same_steps(LLMT_OFFLOAD_NONE, 0);
 }
 
 /* Offload of a fraction: layer 0 of the model's 2 and the embedding. */
 static void test_sharded_offloaded_same_steps(void **state)
 {
     (void)state;
-    same_steps(1);
+    same_steps(LLMT_OFFLOAD_OPTIMIZER, 1);
+}
+
+/* The same fraction with its gradients. */
+static void test_sharded_grads_offloaded_same_steps(void **state)
+{
+    (void)state;
+    same_steps(LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS, 1);
 }
 
 int main(void)
@@ -176,6 +189,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_same_steps),
         cmocka_unit_test(test_sharded_offloaded_same_steps),
+        cmocka_unit_test(test_sharded_grads_offloaded_same_steps),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int have = g_comm != NULL;

@@ -5,18 +5,20 @@
  * loss-scale overflows skipping steps), also when a rank owns no
  * parameters or runs no micro-batch, and with the optimizer's state
  * offloaded (ranges inside, straddling and past the offloaded prefix; each
- * rank's placement changed mid-run), and adaptive under a budget that only
+ * rank's placement changed mid-run), also with the gradients (sent from
+ * host memory), and adaptive under a budget that only
  * fits with part of each rank's optimizer state on the host (the
  * controller's offload rungs, the same notch on every rank at every step,
- * the device state its prediction to the byte, then relaxing back), and
+ * the device state its prediction to the byte, then relaxing back; also
+ * with the gradients), and
  * adaptive with budgets that differ by rank (one rank over the threshold
  * escalates every rank to its choice; its veto keeps every rank from
  * relaxing), with a move one rank's host budget refuses (every rank stays
  * at one notch), and with one rank's host budget capping every rank's
  * offload; fast mode stays within a tolerance; a
  * checkpoint saved by N ranks resumes on N ranks and in one process to the
- * same bits; ranks that disagree (weights, micro-batch) are refused on
- * every rank; a step callback stopping one rank stops all. Threads: one
+ * same bits; ranks that disagree (weights, micro-batch, gradient
+ * placement) are refused on every rank; a step callback stopping one rank stops all. Threads: one
  * per rank. */
 #include <math.h>
 #include <stdio.h>
@@ -72,11 +74,14 @@ static int64_t clamp(int64_t x, int64_t lo, int64_t hi)
 /* Where each rank's range lies against the offloaded prefix. */
 enum { EMPTY, INSIDE, STRADDLING, PAST };
 
-/* Checks that r's sharded optimizer holds `off` offloaded layers as this
- * rank's range asks: the state of [first, split) in the host buffers and
- * that of [split, end) in the device ones, split = P clamped to the range.
- * Returns where this rank's range lies against the prefix. */
-static int expect_placement(const run *r, int32_t off, const char *name)
+/* Checks that r's sharded optimizer holds `off` offloaded layers of
+ * `parts` as this rank's range asks: the state of [first, split) in the
+ * host buffers and that of [split, end) in the device ones, split = P
+ * clamped to the range; with LLMT_OFFLOAD_GRADS the model's gradients of
+ * [0, P rounded down to a 4096-element granule) in host memory, the whole
+ * model's prefix on every rank, else none. Returns where this rank's range
+ * lies against the prefix. */
+static int expect_placement(const run *r, int32_t parts_want, int32_t off, const char *name)
 {
     const llmt_optimizer *o = r->opt;
     int64_t first = 0, end = 0;
@@ -86,8 +91,13 @@ static int expect_placement(const run *r, int32_t off, const char *name)
     const int64_t p = offload_prefix_of(r->model, off);
     const int64_t split = clamp(p, first, end);
     const size_t sb = llmt_dtype_size(o->state_dt), mb = o->has_master ? sizeof(float) : 0;
-    EXPECT(parts == LLMT_OFFLOAD_OPTIMIZER && got == off, "%s: placement (%d, %d), not "
-           "(optimizer, %d)", name, parts, got, off);
+    EXPECT(parts == parts_want && got == off, "%s: placement (%d, %d), not (%d, %d)", name, parts,
+           got, parts_want, off);
+    const int64_t gs = parts_want & LLMT_OFFLOAD_GRADS ? p / 4096 * 4096 : 0;
+    EXPECT(r->model->grad_split == gs &&
+               r->model->host_grads.bytes == (size_t)gs * llmt_dtype_size(r->model->dt),
+           "%s, %d layers offloaded: the gradients split at %lld (%zu host bytes), not %lld", name,
+           off, (long long)r->model->grad_split, r->model->host_grads.bytes, (long long)gs);
     EXPECT(o->split == split && o->hm.bytes == (size_t)(split - first) * sb &&
                o->hv.bytes == o->hm.bytes && o->hmaster.bytes == (size_t)(split - first) * mb &&
                o->m.bytes == (size_t)(end - split) * sb &&
@@ -143,19 +153,27 @@ static int32_t second_half_layers(const run *r, int32_t off)
 
 /* The deterministic run again, its optimizer state offloaded: every rank
  * the same layers from the config, then from step HALF each its own
- * (set_offload between steps). Bitwise ref's state and losses after STEPS. */
+ * (set_offload between steps). With LLMT_OFFLOAD_GRADS in parts each
+ * rank's gradients of the prefix are offloaded too and sent to their
+ * owners from host memory; their placement must be the same on every rank,
+ * so from step HALF every rank offloads all layers. Bitwise ref's state
+ * and losses after STEPS. */
 static void test_offloaded(const char *dir, int precision, const char *name, llmt_comm *comm,
-                           const run *ref, const double *ref_loss)
+                           const run *ref, const double *ref_loss, int32_t parts)
 {
     run off;
     double loss[STEPS];
     const int32_t first = first_half_layers();
-    offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    char what[96];
+    snprintf(what, sizeof what, "%s, %s offloaded", name,
+             parts & LLMT_OFFLOAD_GRADS ? "state and gradients" : "state");
+    name = what;
+    offload_parts = parts;
     offload_layers = first;
     run_open(&off, dir, precision, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
     offload_parts = LLMT_OFFLOAD_NONE;
     offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
-    int where = expect_placement(&off, first, name), seen[4] = {0}, any[4] = {0};
+    int where = expect_placement(&off, parts, first, name), seen[4] = {0}, any[4] = {0};
     seen[where] = 1;
     MPI_Allreduce(seen, any, 4, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     /* The cases the placement was chosen for, so the test cannot degrade. */
@@ -167,20 +185,20 @@ static void test_offloaded(const char *dir, int precision, const char *name, llm
     if (precision == LLMT_PRECISION_FP32)
         print_placement(&off, first, where, "steps 1-10");
     train(&off, HALF, loss);
-    const int32_t second = second_half_layers(&off, first);
+    const int grads = parts & LLMT_OFFLOAD_GRADS;
+    const int32_t second = grads ? LLMT_OFFLOAD_ALL_LAYERS : second_half_layers(&off, first);
     const int64_t split = off.opt->split;
-    must(llmt_optimizer_set_offload(off.opt, LLMT_OFFLOAD_OPTIMIZER, second), "set_offload");
-    where = expect_placement(&off, second, name);
-    EXPECT(where == EMPTY || off.opt->split != split, "%s: %d layers left the split at %lld",
-           name, second, (long long)split);
+    must(llmt_optimizer_set_offload(off.opt, parts, second), "set_offload");
+    where = expect_placement(&off, parts, second, name);
+    EXPECT(grads || where == EMPTY || off.opt->split != split, "%s: %d layers left the split at "
+           "%lld", name, second, (long long)split);
     if (precision == LLMT_PRECISION_FP32)
         print_placement(&off, second, where, "steps 11-20");
     train(&off, STEPS - HALF, loss + HALF);
     int bitwise = 0;
     double diff = max_difference(&off, ref, &bitwise);
-    EXPECT(bitwise, "%s offloaded on %d ranks: state differs from one process (max %g)", name,
-           size, diff);
-    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "%s offloaded: losses differ (step 20: "
+    EXPECT(bitwise, "%s on %d ranks: state differs from one process (max %g)", name, size, diff);
+    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "%s: losses differ (step 20: "
            "%.17g vs %.17g)", name, loss[STEPS - 1], ref_loss[STEPS - 1]);
     run_close(&off);
 }
@@ -317,6 +335,70 @@ static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *r
     if (rank == 0)
         printf("adaptive with offload on %d ranks: most host bytes %lld, bitwise %s (%.2f s)\n",
                size, (long long)host_max, failures ? "NO" : "yes", MPI_Wtime() - t0);
+    run_close(&ad);
+}
+
+/* Adaptive and deterministic (fp32) with an optimizer whose owner allows
+ * gradient offload (OPTIMIZER | GRADS, no layer offloaded: the rungs move
+ * each rank's state and its whole gradient's prefix): under tight_budget
+ * step 1 runs out of memory on every rank and every rank takes the same
+ * offload rung, with gradients in host memory on every rank; the device
+ * bytes the controller says it placed are the context's state and
+ * gradients less the owner's sum. After the budget grows eightfold the
+ * controller relaxes back to nothing offloaded. After STEPS the weights,
+ * state and losses are bitwise ref's. */
+static void test_adaptive_grads(const char *dir, llmt_comm *comm, const run *ref,
+                                const double *ref_loss)
+{
+    enum { TIGHT = 4 };
+    static char log[8192];
+    log[0] = '\0';
+    run ad;
+    double loss[STEPS];
+    adaptive = 1;
+    offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    offload_layers = 0;
+    run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    adaptive = 0;
+    offload_parts = LLMT_OFFLOAD_NONE;
+    offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
+    must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
+    const uint64_t budget = tight_budget(&ad);
+    must(llmt_context_set_budget(ad.ctx, budget), "budget");
+    int64_t host_grads = 0, fewest = 0;
+    for (int i = 0; i < STEPS; i++) {
+        if (i == TIGHT) {
+            host_grads = (int64_t)ad.model->host_grads.bytes;
+            MPI_Allreduce(&host_grads, &fewest, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+            llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+            must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
+            const uint64_t placed = ms.current[LLMT_MEM_OPTIMIZER] + ms.current[LLMT_MEM_GRADS] -
+                                    ad.opt->grad_sum.bytes;
+            EXPECT(placed == llmt_controller_placed_bytes(&ad.tr->ctl), "step %d: %llu device "
+                   "bytes of state and gradients, the controller predicts %llu", i,
+                   (unsigned long long)placed,
+                   (unsigned long long)llmt_controller_placed_bytes(&ad.tr->ctl));
+            must(llmt_context_set_budget(ad.ctx, budget * 8), "budget");
+        }
+        adaptive_step_agreed(&ad, i, i < TIGHT ? budget : 0, loss);
+    }
+    /* The cases the budget was chosen for, so the test cannot degrade. */
+    EXPECT(fewest > 0 && strstr(log, "step 1: out of memory") &&
+               strstr(log, "optimizer state and gradients offloaded"),
+           "a rank kept its gradients on the device under the budget (fewest host bytes %lld); "
+           "log:\n%s", (long long)fewest, log);
+    EXPECT(ad.model->grad_split == 0 && strstr(log, "relaxing from"), "the gradients did not "
+           "return to the device after the budget grew (split %lld); log:\n%s",
+           (long long)ad.model->grad_split, log);
+    int bitwise = 0;
+    double diff = max_difference(&ad, ref, &bitwise);
+    EXPECT(bitwise, "adaptive with gradient offload on %d ranks: state differs from one process "
+           "(max %g)", size, diff);
+    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "adaptive with gradient offload: losses "
+           "differ (step 20: %.17g vs %.17g)", loss[STEPS - 1], ref_loss[STEPS - 1]);
+    if (rank == 0)
+        printf("adaptive with gradient offload on %d ranks: fewest host gradient bytes %lld, "
+               "bitwise %s\n", size, (long long)fewest, failures ? "NO" : "yes");
     run_close(&ad);
 }
 
@@ -690,10 +772,15 @@ static void test_precision(const char *dir, int precision, const char *name, llm
     /* Not at -n 1 (tests/unit/test_offload.c's test_sharded_bitwise runs a
      * world of one), nor with one micro-batch for all ranks (the optimizer
      * sees what the run before gave it): the suite's time. */
-    if (size > 1 && micro < B)
-        test_offloaded(dir, precision, name, comm, &ref, ref_loss);
-    if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B)
+    if (size > 1 && micro < B) {
+        test_offloaded(dir, precision, name, comm, &ref, ref_loss, LLMT_OFFLOAD_OPTIMIZER);
+        test_offloaded(dir, precision, name, comm, &ref, ref_loss,
+                       LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS);
+    }
+    if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B) {
         test_adaptive_offload(dir, comm, &ref, ref_loss);
+        test_adaptive_grads(dir, comm, &ref, ref_loss);
+    }
     if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1)
         test_adaptive_agreement(dir, comm, &ref, ref_loss);
     if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1) {
@@ -848,6 +935,48 @@ static void test_micro_mismatch(const char *dir, llmt_comm *comm, int size)
     run_close(&r);
 }
 
+/* The last rank offloads its gradients of the embedding and layer 0, the
+ * others only their state: the exchange's windows would not line up, so a
+ * trainer's step and a sharded llmt_optimizer_step are refused on every
+ * rank, naming the gradient placement and the last rank, with the weights
+ * unchanged; once every rank places them alike, both run. */
+static void test_grad_placement_mismatch(const char *dir, llmt_comm *comm, int size)
+{
+    run r;
+    run_open(&r, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    const int32_t grads = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    must(llmt_optimizer_set_offload(r.opt, rank == size - 1 ? grads : LLMT_OFFLOAD_OPTIMIZER, 1),
+         "set_offload");
+    char last[32];
+    snprintf(last, sizeof last, "rank %d", size - 1);
+    const size_t bytes = r.model->weights.bytes; /* host memory on the CPU backend */
+    void *before = malloc(bytes);
+    memcpy(before, r.model->weights.ptr, bytes);
+    llmt_step_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.version = LLMT_STEP_REPORT_VERSION;
+    int rc = llmt_trainer_step(r.tr, &rep);
+    EXPECT(rc == LLMT_ECOMM && strstr(llmt_error_last(), "gradient placement") &&
+               strstr(llmt_error_last(), last) && memcmp(before, r.model->weights.ptr, bytes) == 0,
+           "gradients offloaded on the last rank only: trainer step status %d, \"%s\", the "
+           "weights %s", rc, llmt_error_last(),
+           memcmp(before, r.model->weights.ptr, bytes) ? "changed" : "unchanged");
+    free(before);
+    int32_t tokens[T] = {1, 2, 3, 4, 5, 6, 7, 8}, targets[T] = {2, 3, 4, 5, 6, 7, 8, 9};
+    double loss = 0.0;
+    must(llmt_model_zero_grads(r.model), "zero_grads");
+    must(llmt_model_forward_backward(r.model, tokens, targets, 1, T, 1.0, T, &loss), "backward");
+    rc = llmt_optimizer_step(r.opt, NULL, NULL);
+    EXPECT(rc == LLMT_ECOMM && strstr(llmt_error_last(), "gradient placement") &&
+               strstr(llmt_error_last(), last),
+           "gradients offloaded on the last rank only: optimizer step status %d, \"%s\"", rc,
+           llmt_error_last());
+    must(llmt_optimizer_set_offload(r.opt, grads, 1), "set_offload");
+    must(llmt_optimizer_step(r.opt, NULL, NULL), "optimizer step, placed alike");
+    must(llmt_trainer_step(r.tr, &rep), "trainer step, placed alike");
+    run_close(&r);
+}
+
 /* The last rank's callback asks to stop after step 2: every rank stops. */
 static int stop_after_two(void *user, const llmt_step_report *report)
 {
@@ -904,6 +1033,7 @@ int main(int argc, char **argv)
     if (size > 1) {
         test_disagreement(m->comm, size);
         test_micro_mismatch(dir, m->comm, size);
+        test_grad_placement_mismatch(dir, m->comm, size);
     }
 
     int all = 0;

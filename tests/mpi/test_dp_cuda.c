@@ -36,8 +36,10 @@
  * everything at launch); with the state of the embedding and layer 0
  * offloaded (LLMT_OFFLOAD_OPTIMIZER, a rank's range straddling the split),
  * the pipelined host AdamW reads the reduced sum from the device and 3
- * steps (fp32 offloaded from the start, bf16_mixed from step 1) give
- * bitwise the weights and state of the run without offload; adaptive
+ * steps (fp32 offloaded from the start, bf16_mixed from step 1, and
+ * bf16_mixed with the gradients of the prefix too, uploaded from host
+ * memory for the exchange) give bitwise the weights and state of the run
+ * without offload; adaptive
  * (fp32, 5 steps) under a device budget that fits full recompute only with
  * at least half of each rank's optimizer state on the host: step 1 runs out
  * of memory on every rank, the ranks agree on the heaviest of their least
@@ -524,19 +526,24 @@ enum { OFFLOAD_LAYERS = 1, OFFLOAD_STEPS = 3 };
  * gathered state are bitwise those of the same run without offload. fp32
  * offloads before the first step (the pipeline downloads the weights too);
  * bf16_mixed after the first (the state, master weights included, moves to
- * the host mid-run). */
+ * the host mid-run), and again with the gradients of the prefix too
+ * (LLMT_OFFLOAD_GRADS: stored to host memory as backward runs, uploaded
+ * into the gradient bucket a bucketful at a time for the exchange). */
 static void test_offload(const char *dir, llmt_comm *comm)
 {
-    const int precisions[2] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED};
+    const int precisions[3] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
+                               LLMT_PRECISION_BF16_MIXED};
+    const int32_t parts[3] = {LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_OPTIMIZER,
+                              LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS};
     const double start = MPI_Wtime();
-    for (int i = 0; i < 2; i++) {
-        const int moved_after = i; /* steps before the offload */
+    for (int i = 0; i < 3; i++) {
+        const int moved_after = i > 0; /* steps before the offload */
         run plain, offloaded;
         run_open(&plain, dir, precisions[i], comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
         train(&plain, OFFLOAD_STEPS, NULL);
         run_open(&offloaded, dir, precisions[i], comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
         train(&offloaded, moved_after, NULL);
-        must(llmt_optimizer_set_offload(offloaded.opt, LLMT_OFFLOAD_OPTIMIZER, OFFLOAD_LAYERS),
+        must(llmt_optimizer_set_offload(offloaded.opt, parts[i], OFFLOAD_LAYERS),
              "offload the sharded optimizer's state");
         train(&offloaded, OFFLOAD_STEPS - moved_after, NULL);
         const llmt_optimizer *o = offloaded.opt;
@@ -548,10 +555,15 @@ static void test_offload(const char *dir, llmt_comm *comm)
         MPI_Allreduce(&offloaded_elems, &all_offloaded, 1, MPI_LONG_LONG, MPI_SUM,
                       MPI_COMM_WORLD);
         MPI_Allreduce(&straddles, &any_straddles, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        char what[128];
-        snprintf(what, sizeof what, "%s, state of [%lld, %lld) of [%lld, %lld) offloaded",
+        char what[160];
+        snprintf(what, sizeof what, "%s, state of [%lld, %lld) of [%lld, %lld) offloaded%s",
                  i ? "bf16_mixed" : "fp32", (long long)o->first, (long long)o->split,
-                 (long long)o->first, (long long)o->end);
+                 (long long)o->first, (long long)o->end,
+                 parts[i] & LLMT_OFFLOAD_GRADS ? ", gradients too" : "");
+        const int64_t gs = parts[i] & LLMT_OFFLOAD_GRADS ? prefix / 4096 * 4096 : 0;
+        EXPECT(offloaded.model->grad_split == gs && (gs > 0 || !(parts[i] & LLMT_OFFLOAD_GRADS)),
+               "%s: the gradients split at %lld, not %lld", what,
+               (long long)offloaded.model->grad_split, (long long)gs);
         EXPECT(all_offloaded == prefix, "%s: the ranks offloaded %lld elements, the prefix is "
                "%lld", what, all_offloaded, (long long)prefix);
         EXPECT(any_straddles, "%s: no rank's range straddles the split at %lld", what,

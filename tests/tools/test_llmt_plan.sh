@@ -13,7 +13,8 @@
 # below the split too, less the device bucket (checked by hand), and fits
 # with fewer layers; --offload grads alone is a usage error; with --world,
 # each rank offloads the part of its range below the prefix (checked by
-# hand) and optimizer+grads is refused with the library's message;
+# hand) and with optimizer+grads every rank the gradients of the whole
+# prefix's granules (named);
 # --host-budget (or the config's memory.host_budget) keeps the fit's offload
 # to what the host holds, and is a usage error without --budget or offload.
 # Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
@@ -343,7 +344,7 @@ grep -q "fp32 does not fit: micro-batch 1 with full recompute and the given offl
 # (all, or the embedding and layers 0-5: rank 0 wholly, rank 1 split):
 # AdamW's 12 bytes of each such parameter leave its optimizer column for
 # the host column; params, grads, activations and workspace stay those of
-# the rank without offload. Gradient offload with --world is refused.
+# the rank without offload.
 G=$(((params + 4095) / 4096))
 for k in all 6; do
     if [ $k = all ]; then pre=$params; else pre=$((v * d + k * layer)); fi
@@ -376,9 +377,15 @@ run --preset small --seq 256 --world 2 --offload optimizer
 a=$((G / 2 * 4096))
 grep -qxF "offloaded on rank 1: the state of [$a, $params) ($((params - a))) in host memory, of [$params, $params) (0) on the device" \
     "$tmp/out" || fail "--world 2 --offload optimizer: $(sed -n 2,3p "$tmp/out")"
-run --preset small --world 2 --offload optimizer+grads
-[ "$status" = 1 ] && grep -q "on a sharded optimizer: gradient offload is not built for data parallel" "$tmp/err" ||
-    fail "--world 2 --offload optimizer+grads: exit $status: $(cat "$tmp/err")"
+# With the gradients: every rank's whole gradient prefix in whole 4096-element
+# granules (all of it here, less the partial granule), the state as above.
+run --preset small --seq 256 --world 2 --offload optimizer+grads
+[ "$status" = 0 ] || fail "--world 2 --offload optimizer+grads: exit $status: $(cat "$tmp/err")"
+sg=$((params / 4096 * 4096))
+grep -qxF "offloaded on rank 1: the state of [$a, $params) ($((params - a))) in host memory, of [$params, $params) (0) on the device" \
+    "$tmp/out" &&
+    grep -qxF "offloaded on every rank: the gradients of [0, $sg) ($sg) in host memory, the rest and one layer's bucket on the device" \
+    "$tmp/out" || fail "--world 2 --offload optimizer+grads: $(sed -n 2,4p "$tmp/out")"
 
 # CUDA: arithmetic only, so no GPU or driver is needed.
 run --preset small --seq 256 --backend cuda

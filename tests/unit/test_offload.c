@@ -343,22 +343,31 @@ static void test_migration_mid_run_bitwise(void **state)
  * state too: created with layers 1, then all, then none mid-run, each
  * precision mode gives the bits of an unsharded optimizer without offload
  * (its AdamW reads the reduced gradient sum, get_state gathers across the
- * host and device segments). */
+ * host and device segments); and so it does with its gradients (sent to
+ * the owner from host memory): created with both of layer 1, then of all,
+ * then the state only, then none. */
 static void test_sharded_bitwise(void **state)
 {
     (void)state;
     const placement_change changes[2] = {{5, LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_ALL_LAYERS},
                                          {12, LLMT_OFFLOAD_NONE, 0}};
+    const placement_change with_grads[3] = {{5, BOTH, LLMT_OFFLOAD_ALL_LAYERS},
+                                            {9, LLMT_OFFLOAD_OPTIMIZER, 1},
+                                            {12, LLMT_OFFLOAD_NONE, 0}};
     for (int p = 0; p < 4; p++) {
         snapshot ref = train(precisions[p], LLMT_OFFLOAD_NONE, 0, NULL, 0);
-        shard_comm = self_comm();
-        snapshot got = train(precisions[p], LLMT_OFFLOAD_OPTIMIZER, 1, changes, 2);
-        llmt_comm_free(shard_comm);
-        shard_comm = NULL;
-        char what[64];
-        snprintf(what, sizeof what, "sharded, offloaded, precision %d", precisions[p]);
-        assert_same(&ref, &got, what);
-        drop(&got);
+        for (int g = 0; g < 2; g++) {
+            shard_comm = self_comm();
+            snapshot got = g ? train(precisions[p], BOTH, 1, with_grads, 3)
+                             : train(precisions[p], LLMT_OFFLOAD_OPTIMIZER, 1, changes, 2);
+            llmt_comm_free(shard_comm);
+            shard_comm = NULL;
+            char what[80];
+            snprintf(what, sizeof what, "sharded, offloaded%s, precision %d",
+                     g ? " with the gradients" : "", precisions[p]);
+            assert_same(&ref, &got, what);
+            drop(&got);
+        }
         drop(&ref);
     }
 }
@@ -662,23 +671,25 @@ static void test_bad_arguments(void **state)
     assert_int_equal(parts, LLMT_OFFLOAD_NONE);
     llmt_optimizer_free(o);
 
-    /* A sharded optimizer offloads its state, not the gradients. */
+    /* A sharded optimizer offloads its gradients too (the whole model's
+     * prefix), and its bad placements are named as an unsharded one's. */
     llmt_comm *comm = self_comm();
     oc = (llmt_optimizer_config)LLMT_OPTIMIZER_CONFIG_INIT;
     oc.offload_parts = BOTH;
-    assert_int_equal(llmt_optimizer_create_sharded(&o, r.m, &oc, comm, LLMT_REDUCE_DETERMINISTIC),
-                     LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "cfg->offload_parts = 3 on a sharded optimizer");
-    assert_null(o);
-    oc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    oc.offload_layers = 1;
     assert_int_equal(llmt_optimizer_create_sharded(&o, r.m, &oc, comm, LLMT_REDUCE_DETERMINISTIC),
                      LLMT_OK);
-    assert_int_equal(llmt_optimizer_set_offload(o, BOTH, 1), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "parts = 3 on a sharded optimizer");
+    assert_true(granule_floor(prefix_of_layer1()) > 0);
+    assert_int_equal(r.m->grad_split, granule_floor(prefix_of_layer1()));
+    assert_int_equal(llmt_optimizer_set_offload(o, LLMT_OFFLOAD_GRADS, 1), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "LLMT_OFFLOAD_GRADS alone");
+    assert_int_equal(llmt_optimizer_set_offload(o, BOTH, LAYERS + 1), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "layers");
     assert_int_equal(llmt_optimizer_get_offload(o, &parts, &layers), LLMT_OK);
-    assert_int_equal(parts, LLMT_OFFLOAD_OPTIMIZER); /* unchanged by the refusal */
-    assert_int_equal(layers, LLMT_OFFLOAD_ALL_LAYERS);
+    assert_int_equal(parts, BOTH); /* unchanged by the refusals */
+    assert_int_equal(layers, 1);
     assert_int_equal(llmt_optimizer_set_offload(o, LLMT_OFFLOAD_OPTIMIZER, 1), LLMT_OK);
+    assert_int_equal(r.m->grad_split, 0);
     assert_int_equal(llmt_optimizer_set_offload(o, LLMT_OFFLOAD_NONE, 0), LLMT_OK);
     llmt_optimizer_free(o);
     llmt_comm_free(comm);

@@ -10,7 +10,8 @@
  * gradient split and bucket counted by hand, and the fit's rungs offload
  * the gradients too. A sharded optimizer's rank offloads the part of its
  * range inside the prefix (every rank against a hand count; rank -1 the
- * largest device peak); gradient offload with world_size is refused.
+ * largest device peak), and with gradient offload every rank the whole
+ * model's gradient prefix, as one process does.
  * cfg->host_budget keeps the fit's offload to what the host holds. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,21 +328,26 @@ static void test_offload_moves_only_optimizer_bytes(void **state)
 }
 
 /* One rank of a sharded optimizer over world ranks, its state offloaded
- * for layers: for each rank, the plan's range [first, end) with the hand
- * prefix clamped to it, split, gives OPTIMIZER = the state of [split, end)
- * and HOST_STATE = that of [first, split) (no staging on the CPU); the
- * range and every other category are those of the same rank without
- * offload. Rank -1 is the lowest rank whose plan has the largest device
- * peak, which is want_largest. */
-static void check_sharded_offload(llmt_context *ctx, int precision, int32_t world, int32_t layers,
-                                  int32_t want_largest)
+ * for layers with offload parts: for each rank, the plan's range
+ * [first, end) with the hand prefix clamped to it, split, gives OPTIMIZER =
+ * the state of [split, end) and HOST_STATE = that of [first, split) (no
+ * staging on the CPU); with LLMT_OFFLOAD_GRADS, HOST_STATE holds the
+ * gradients of the whole model's prefix up to its granule too, and GRADS
+ * trades them for the bucket, on every rank alike (by hand); the range and
+ * every other category are those of the same rank without offload. Rank -1
+ * is the lowest rank whose plan has the largest device peak, which is
+ * want_largest (the gradients weigh the same on every rank). */
+static void check_sharded_offload(llmt_context *ctx, int precision, int32_t parts, int32_t world,
+                                  int32_t layers, int32_t want_largest)
 {
     enum { MAX_WORLD = 16 };
     assert_true(world <= MAX_WORLD);
     llmt_plan_config pc = plan_config(precision);
     pc.world_size = world;
-    const uint64_t per = state_bytes(precision);
+    const uint64_t per = state_bytes(precision), e = elem_bytes(precision);
     const int64_t pre = prefix(layers);
+    const int64_t gs = parts & LLMT_OFFLOAD_GRADS ? grad_split(pre) : 0;
+    const uint64_t grad_host = (uint64_t)gs * e, bucket = (uint64_t)bucket_elems(gs, 1) * e;
     llmt_plan got[MAX_WORLD];
     int32_t largest = 0;
     for (int32_t r = 0; r < world; r++) {
@@ -351,7 +357,7 @@ static void check_sharded_offload(llmt_context *ctx, int precision, int32_t worl
         pc.offload_parts = LLMT_OFFLOAD_NONE;
         pc.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
         assert_int_equal(llmt_plan_compute(ctx, &pc, &none), LLMT_OK);
-        pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+        pc.offload_parts = parts;
         pc.offload_layers = layers;
         assert_int_equal(llmt_plan_compute(ctx, &pc, &got[r]), LLMT_OK);
         const llmt_plan *g = &got[r];
@@ -361,20 +367,25 @@ static void check_sharded_offload(llmt_context *ctx, int precision, int32_t worl
         assert_int_equal(first, none.shard_first);
         assert_int_equal(end, none.shard_end);
         assert_int_equal(none.bytes[LLMT_MEM_OPTIMIZER], (uint64_t)(end - first) * per);
-        const uint64_t host = (uint64_t)(split - first) * per;
+        const uint64_t host = (uint64_t)(split - first) * per + grad_host;
+        const uint64_t grads = none.bytes[LLMT_MEM_GRADS] - grad_host + bucket;
         if (g->bytes[LLMT_MEM_OPTIMIZER] != (uint64_t)(end - split) * per ||
-            g->bytes[LLMT_MEM_HOST_STATE] != host || g->host_peak != host)
-            fail_msg("precision %d, %d ranks, rank %d [%lld, %lld), offload %d layers (prefix "
-                     "%lld): optimizer %llu, host %llu (host_peak %llu), by hand %llu and %llu",
-                     precision, world, r, (long long)first, (long long)end, layers,
-                     (long long)pre, (unsigned long long)g->bytes[LLMT_MEM_OPTIMIZER],
+            g->bytes[LLMT_MEM_HOST_STATE] != host || g->host_peak != host ||
+            g->bytes[LLMT_MEM_GRADS] != grads)
+            fail_msg("precision %d, parts %d, %d ranks, rank %d [%lld, %lld), offload %d layers "
+                     "(prefix %lld): optimizer %llu, host %llu (host_peak %llu), gradients %llu, "
+                     "by hand %llu, %llu and %llu", precision, parts, world, r, (long long)first,
+                     (long long)end, layers, (long long)pre,
+                     (unsigned long long)g->bytes[LLMT_MEM_OPTIMIZER],
                      (unsigned long long)g->bytes[LLMT_MEM_HOST_STATE],
-                     (unsigned long long)g->host_peak, (unsigned long long)((end - split) * per),
-                     (unsigned long long)host);
+                     (unsigned long long)g->host_peak,
+                     (unsigned long long)g->bytes[LLMT_MEM_GRADS],
+                     (unsigned long long)((end - split) * per), (unsigned long long)host,
+                     (unsigned long long)grads);
         for (int cat = 0; cat < LLMT_MEM_CATEGORY_SLOTS; cat++)
-            if (cat != LLMT_MEM_OPTIMIZER && cat != LLMT_MEM_HOST_STATE)
+            if (cat != LLMT_MEM_OPTIMIZER && cat != LLMT_MEM_HOST_STATE && cat != LLMT_MEM_GRADS)
                 assert_int_equal(g->bytes[cat], none.bytes[cat]);
-        assert_int_equal(g->peak, none.peak - host);
+        assert_int_equal(g->peak, none.peak - (uint64_t)(split - first) * per - grad_host + bucket);
         if (g->peak > got[largest].peak)
             largest = r;
     }
@@ -408,13 +419,16 @@ static void test_sharded_offload_per_rank(void **state)
                                LLMT_PRECISION_FP16_MIXED, LLMT_PRECISION_BF16_PURE};
     const int32_t layers[5] = {0, 1, 2, L, LLMT_OFFLOAD_ALL_LAYERS};
     const int32_t largest_of_16[5] = {2, 9, 13, 13, 2};
+    const int32_t parts[2] = {LLMT_OFFLOAD_OPTIMIZER, LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS};
     for (int p = 0; p < 4; p++)
-        for (int k = 0; k < 5; k++) {
-            check_sharded_offload(ctx, precisions[p], 1, layers[k], 0);
-            check_sharded_offload(ctx, precisions[p], 2, layers[k], 1);
-            check_sharded_offload(ctx, precisions[p], 3, layers[k], 2);
-            check_sharded_offload(ctx, precisions[p], 16, layers[k], largest_of_16[k]);
-        }
+        for (int k = 0; k < 5; k++)
+            for (int g = 0; g < 2; g++) {
+                check_sharded_offload(ctx, precisions[p], parts[g], 1, layers[k], 0);
+                check_sharded_offload(ctx, precisions[p], parts[g], 2, layers[k], 1);
+                check_sharded_offload(ctx, precisions[p], parts[g], 3, layers[k], 2);
+                check_sharded_offload(ctx, precisions[p], parts[g], 16, layers[k],
+                                      largest_of_16[k]);
+            }
     llmt_context_free(ctx);
 }
 
@@ -776,17 +790,7 @@ static void test_invalid_offload_fields(void **state)
     assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "needs cfg->with_optimizer = 1");
     pc.with_optimizer = 1;
-    /* A sharded optimizer offloads its state, not its gradients. */
-    pc.world_size = 2;
-    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_OK);
     int32_t b, r, k;
-    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, &k), LLMT_OK);
-    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
-    assert_int_equal(llmt_plan_compute(ctx, &pc, &p), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "cfg->offload_parts (with cfg->world_size) = 3 on a "
-                    "sharded optimizer: gradient offload is not built for data parallel");
-    assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, &k), LLMT_EUNSUPPORTED);
-    assert_contains(llmt_error_last(), "gradient offload is not built for data parallel");
     pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
     pc.world_size = 0;
     assert_int_equal(llmt_plan_fit_offload(ctx, &pc, 1u << 30, &b, &r, NULL), LLMT_EINVAL);
