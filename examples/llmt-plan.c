@@ -175,11 +175,28 @@ static int print_table(int32_t backend, int32_t threads, llmt_plan_config pc, in
     return 0;
 }
 
+/* Plans pc's rank `rank` with offload parts `parts` instead of pc's into
+ * *out; 0, or 1 after printing why. */
+static int plan_rank_with(int32_t backend, int32_t threads, const llmt_plan_config *pc,
+                          int32_t parts, int32_t rank, llmt_plan *out)
+{
+    llmt_plan_config c = *pc;
+    c.offload_parts = parts;
+    c.rank = rank;
+    if (llmt_plan_compute_backend(backend, threads, &c, out)) {
+        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+        return 1;
+    }
+    return 0;
+}
+
 /* Prints which rank of how many the plans are for, the range of the
  * parameters whose optimizer state it holds and, with offload, the part of
  * it whose state is in host memory: the elements its OPTIMIZER bytes lose
  * against the same rank without offload (both keep the same bytes per
- * element). Returns 0 or 1 after printing the library's error. */
+ * element); with the gradients, those every rank keeps in host memory: the
+ * host bytes the state alone does not hold. Returns 0 or 1 after printing
+ * the library's error. */
 static int print_world(int32_t backend, int32_t threads, const llmt_plan_config *pc)
 {
     llmt_plan p = LLMT_PLAN_INIT;
@@ -193,14 +210,9 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
            (long long)first, (long long)end, (long long)owned);
     if (pc->offload_parts == LLMT_OFFLOAD_NONE)
         return 0;
-    llmt_plan_config unplaced = *pc;
-    unplaced.offload_parts = LLMT_OFFLOAD_NONE;
-    unplaced.rank = p.rank;
     llmt_plan whole = LLMT_PLAN_INIT;
-    if (llmt_plan_compute_backend(backend, threads, &unplaced, &whole)) {
-        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+    if (plan_rank_with(backend, threads, pc, LLMT_OFFLOAD_NONE, p.rank, &whole))
         return 1;
-    }
     const uint64_t all = whole.bytes[LLMT_MEM_OPTIMIZER], kept = p.bytes[LLMT_MEM_OPTIMIZER];
     const uint64_t per_param = owned ? all / (uint64_t)owned : 0;
     const int64_t split = first + (per_param ? (int64_t)((all - kept) / per_param) : 0);
@@ -211,14 +223,9 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
     if (!(pc->offload_parts & LLMT_OFFLOAD_GRADS))
         return 0;
     /* The gradients' host bytes: what the state alone does not hold. */
-    llmt_plan_config state_only = *pc;
-    state_only.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
-    state_only.rank = p.rank;
     llmt_plan s = LLMT_PLAN_INIT;
-    if (llmt_plan_compute_backend(backend, threads, &state_only, &s)) {
-        fprintf(stderr, PROG ": %s\n", llmt_error_last());
+    if (plan_rank_with(backend, threads, pc, LLMT_OFFLOAD_OPTIMIZER, p.rank, &s))
         return 1;
-    }
     const uint64_t elem = p.bytes[LLMT_MEM_PARAMS] / (uint64_t)p.num_params;
     const long long gs = (long long)((p.host_peak - s.host_peak) / elem);
     printf("offloaded on every rank: the gradients of [0, %lld) (%lld) in host memory, the rest "

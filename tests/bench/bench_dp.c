@@ -8,8 +8,12 @@
  * and an all-gather of the weights).
  *
  * Usage: bench_dp single|deterministic|fast [steps] [threads] [fp32|bf16]
- * tests/bench/run_dp.sh alternates `-n 2` one thread each with one process
- * of two threads and gives the ratios (docs/PERFORMANCE.md). */
+ *                 [none|optimizer|optimizer+grads]
+ * The last argument offloads the optimizer's state of every layer (and with
+ * optimizer+grads the gradients) to host memory. tests/bench/run_dp.sh
+ * alternates `-n 2` one thread each with one process of two threads, or
+ * (`offload`) `-n 2` without offload and with, and gives the ratios
+ * (docs/PERFORMANCE.md). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -98,11 +102,17 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "deterministic";
     int steps = argc > 2 ? atoi(argv[2]) : 6, threads = argc > 3 ? atoi(argv[3]) : 1;
     int bf16 = argc > 4 && strcmp(argv[4], "bf16") == 0;
+    const char *offload = argc > 5 ? argv[5] : "none";
+    const int32_t parts = !strcmp(offload, "none")        ? LLMT_OFFLOAD_NONE
+                        : !strcmp(offload, "optimizer") ? LLMT_OFFLOAD_OPTIMIZER
+                        : !strcmp(offload, "optimizer+grads")
+                            ? LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS
+                            : -1;
     int single = strcmp(mode, "single") == 0;
     if ((!single && strcmp(mode, "deterministic") != 0 && strcmp(mode, "fast") != 0) ||
-        steps < 2 || steps > 1000 || threads < 1 || (single && size > 1)) {
+        steps < 2 || steps > 1000 || threads < 1 || (single && size > 1) || parts < 0) {
         fprintf(stderr, "usage: bench_dp single|deterministic|fast [steps >= 2] [threads] "
-                        "[fp32|bf16] (single: one process)\n");
+                        "[fp32|bf16] [none|optimizer|optimizer+grads] (single: one process)\n");
         MPI_Finalize();
         return 2;
     }
@@ -141,6 +151,8 @@ int main(int argc, char **argv)
     c.steps = steps;
     c.adaptive = 0;
     c.dist_reduce = strcmp(mode, "fast") == 0 ? LLMT_REDUCE_FAST : LLMT_REDUCE_DETERMINISTIC;
+    c.optimizer.offload_parts = parts;
+    c.optimizer.offload_layers = LLMT_OFFLOAD_ALL_LAYERS;
     snprintf(c.train_data, sizeof c.train_data, "%s/train_*.bin", dir);
     llmt_trainer *tr = NULL;
     must(llmt_trainer_create_from_config_dist(&tr, ctx, &c, comm), "trainer");
@@ -167,10 +179,10 @@ int main(int argc, char **argv)
         step_min = times[s] < step_min ? times[s] : step_min;
     double median = bench_median(times + 1, steps - 1);
     if (rank == 0)
-        printf("bench_dp %s ranks %d threads %d %s params %lld step_min %.4f step_median %.4f "
-               "comm_share %.3f bytes_per_step %.0f zero1_minimum %.0f\n",
-               mode, size, threads, bf16 ? "bf16" : "fp32", (long long)params, step_min, median,
-               share / (steps - 1), (double)bytes / (steps - 1), minimum);
+        printf("bench_dp %s ranks %d threads %d %s offload %s params %lld step_min %.4f "
+               "step_median %.4f comm_share %.3f bytes_per_step %.0f zero1_minimum %.0f\n",
+               mode, size, threads, bf16 ? "bf16" : "fp32", offload, (long long)params, step_min,
+               median, share / (steps - 1), (double)bytes / (steps - 1), minimum);
     free(times);
     llmt_trainer_free(tr);
     llmt_context_free(ctx);

@@ -65,6 +65,20 @@ static double max_difference(const run *a, const run *b, int *bitwise)
     return worst;
 }
 
+/* Checks that r's weights and optimizer state after STEPS are bitwise
+ * ref's, and that its losses of steps from + 1 .. STEPS are ref's
+ * (collective: max_difference). */
+static void expect_like_ref(const run *r, const run *ref, const double *loss,
+                            const double *ref_loss, int from, const char *what)
+{
+    int bitwise = 0;
+    double diff = max_difference(r, ref, &bitwise);
+    EXPECT(bitwise, "%s on %d ranks: state differs from one process (max %g)", what, size, diff);
+    EXPECT(memcmp(loss + from, ref_loss + from, (size_t)(STEPS - from) * sizeof *loss) == 0,
+           "%s: losses differ (step 20: %.17g vs %.17g)", what, loss[STEPS - 1],
+           ref_loss[STEPS - 1]);
+}
+
 /* x clamped to [lo, hi]. */
 static int64_t clamp(int64_t x, int64_t lo, int64_t hi)
 {
@@ -195,11 +209,7 @@ static void test_offloaded(const char *dir, int precision, const char *name, llm
     if (precision == LLMT_PRECISION_FP32)
         print_placement(&off, second, where, "steps 11-20");
     train(&off, STEPS - HALF, loss + HALF);
-    int bitwise = 0;
-    double diff = max_difference(&off, ref, &bitwise);
-    EXPECT(bitwise, "%s on %d ranks: state differs from one process (max %g)", name, size, diff);
-    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "%s: losses differ (step 20: "
-           "%.17g vs %.17g)", name, loss[STEPS - 1], ref_loss[STEPS - 1]);
+    expect_like_ref(&off, ref, loss, ref_loss, 0, name);
     run_close(&off);
 }
 
@@ -305,12 +315,7 @@ static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *r
            (long long)host_max, log);
     EXPECT(relaxed && strstr(log, "relaxing from"), "the state did not return to the device "
            "after the budget grew; log:\n%s", log);
-    int bitwise = 0;
-    double diff = max_difference(&ad, ref, &bitwise);
-    EXPECT(bitwise, "adaptive with offload on %d ranks: state differs from one process (max %g)",
-           size, diff);
-    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "adaptive with offload: losses differ "
-           "(step 20: %.17g vs %.17g)", loss[STEPS - 1], ref_loss[STEPS - 1]);
+    expect_like_ref(&ad, ref, loss, ref_loss, 0, "adaptive with offload");
     run_close(&ad);
 
     log[0] = '\0';
@@ -326,12 +331,7 @@ static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *r
         adaptive_step(&ad, i, again, loss);
     EXPECT(strstr(log, "with the optimizer placed as [recompute full"), "the resumed run did not "
            "place the optimizer as its notch says; log:\n%s", log);
-    diff = max_difference(&ad, ref, &bitwise);
-    EXPECT(bitwise, "adaptive, resumed at an offload notch on %d ranks: state differs from one "
-           "process (max %g)", size, diff);
-    EXPECT(memcmp(loss + TIGHT, ref_loss + TIGHT, sizeof loss - TIGHT * sizeof *loss) == 0,
-           "adaptive, resumed: losses differ (step 20: %.17g vs %.17g)", loss[STEPS - 1],
-           ref_loss[STEPS - 1]);
+    expect_like_ref(&ad, ref, loss, ref_loss, TIGHT, "adaptive, resumed at an offload notch");
     if (rank == 0)
         printf("adaptive with offload on %d ranks: most host bytes %lld, bitwise %s (%.2f s)\n",
                size, (long long)host_max, failures ? "NO" : "yes", MPI_Wtime() - t0);
@@ -390,12 +390,7 @@ static void test_adaptive_grads(const char *dir, llmt_comm *comm, const run *ref
     EXPECT(ad.model->grad_split == 0 && strstr(log, "relaxing from"), "the gradients did not "
            "return to the device after the budget grew (split %lld); log:\n%s",
            (long long)ad.model->grad_split, log);
-    int bitwise = 0;
-    double diff = max_difference(&ad, ref, &bitwise);
-    EXPECT(bitwise, "adaptive with gradient offload on %d ranks: state differs from one process "
-           "(max %g)", size, diff);
-    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "adaptive with gradient offload: losses "
-           "differ (step 20: %.17g vs %.17g)", loss[STEPS - 1], ref_loss[STEPS - 1]);
+    expect_like_ref(&ad, ref, loss, ref_loss, 0, "adaptive with gradient offload");
     if (rank == 0)
         printf("adaptive with gradient offload on %d ranks: fewest host gradient bytes %lld, "
                "bitwise %s\n", size, (long long)fewest, failures ? "NO" : "yes");
@@ -548,12 +543,7 @@ static void test_adaptive_agreement(const char *dir, llmt_comm *comm, const run 
     for (; i < STEPS; i++)
         adaptive_step(&ad, i, budget, loss);
     EXPECT(!strstr(log, "out of memory"), "an allocation failed; log:\n%s", log);
-    int bitwise = 0;
-    double diff = max_difference(&ad, ref, &bitwise);
-    EXPECT(bitwise, "adaptive, ranks disagreeing, on %d ranks: state differs from one process "
-           "(max %g)", size, diff);
-    EXPECT(memcmp(loss, ref_loss, sizeof loss) == 0, "adaptive, ranks disagreeing: losses differ "
-           "(step 20: %.17g vs %.17g)", loss[STEPS - 1], ref_loss[STEPS - 1]);
+    expect_like_ref(&ad, ref, loss, ref_loss, 0, "adaptive, ranks disagreeing");
     if (rank == 0)
         printf("adaptive, ranks disagreeing on %d ranks: escalated from notch %lld to %lld, "
                "vetoed, relaxed; bitwise %s (%.2f s)\n", size, (long long)base, (long long)want,
@@ -760,12 +750,9 @@ static void test_precision(const char *dir, int precision, const char *name, llm
            "%s: rank owns [%lld, %lld) of %lld", name, (long long)first, (long long)end,
            (long long)dp.model->num_params);
     train(&dp, STEPS, dp_loss);
-    int bitwise = 0;
-    double diff = max_difference(&dp, &ref, &bitwise);
-    EXPECT(bitwise, "%s deterministic on %d ranks: state differs from one process (max %g)", name,
-           size, diff);
-    EXPECT(memcmp(dp_loss, ref_loss, sizeof dp_loss) == 0, "%s: losses differ (step 20: %.17g vs "
-           "%.17g)", name, dp_loss[STEPS - 1], ref_loss[STEPS - 1]);
+    char what[64];
+    snprintf(what, sizeof what, "%s deterministic", name);
+    expect_like_ref(&dp, &ref, dp_loss, ref_loss, 0, what);
     EXPECT(ref_loss[STEPS - 1] < ref_loss[0] - 0.2 || layers < 2 || micro == B,
            "%s: the reference did not learn (%g -> %g)", name, ref_loss[0], ref_loss[STEPS - 1]);
     run_close(&dp);
@@ -798,7 +785,8 @@ static void test_precision(const char *dir, int precision, const char *name, llm
     /* Fast: one exchange of each rank's in-place sum; rounding differs. */
     run_open(&fast, dir, precision, comm, LLMT_REDUCE_FAST, NULL, 0, 77);
     train(&fast, STEPS, fast_loss);
-    diff = max_difference(&fast, &ref, &bitwise);
+    int bitwise = 0;
+    double diff = max_difference(&fast, &ref, &bitwise);
     double tol = precision == LLMT_PRECISION_FP32 ? 2e-4 : 2e-2;
     EXPECT(diff <= tol, "%s fast on %d ranks: max difference %g over %g", name, size, diff, tol);
     EXPECT(fabs(fast_loss[STEPS - 1] - ref_loss[STEPS - 1]) < 1e-2, "%s fast: loss %g vs %g", name,
