@@ -228,8 +228,12 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
         return 1;
     const uint64_t elem = p.bytes[LLMT_MEM_PARAMS] / (uint64_t)p.num_params;
     const long long gs = (long long)((p.host_peak - s.host_peak) / elem);
-    printf("offloaded on every rank: the gradients of [0, %lld) (%lld) in host memory, the rest "
-           "and one layer's bucket on the device\n", gs, gs);
+    if (gs == 0)
+        printf("offloaded on every rank: no gradients (the offloaded prefix holds no whole "
+               "4096-element granule)\n");
+    else
+        printf("offloaded on every rank: the gradients of [0, %lld) (%lld) in host memory, the "
+               "rest and one layer's bucket on the device\n", gs, gs);
     return 0;
 }
 

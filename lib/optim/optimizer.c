@@ -425,8 +425,10 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
         if (!rc)
             rc = llmt_optimizer_reduce_round(o, all);
         free(all);
-        if (rc)
+        if (rc) {
+            o->grads_reduced = 0; /* no whole sum: a retry reduces anew */
             return rc;
+        }
     }
     o->grads_reduced = 0;
     /* The gradients where this optimizer's placement says (another

@@ -75,8 +75,11 @@ static int move_to(llmt_trainer *tr, int64_t k)
  * place the optimizer: in one process, when llmt_controller_placeable
  * allows it; in data parallel, only when every rank's may be placed (the
  * ladders, and so the notches, must be the same); when the ranks differ
- * (an owner offloaded on some rank) none is, logged. Collective on its
- * first call, which every rank makes at the same decision point. */
+ * (an owner offloaded on some rank) none is, logged. The rungs offload the
+ * gradients too where the owner allowed it: in data parallel only where
+ * every rank's owner did (the ranks' gradient splits must be the same),
+ * else the state alone, logged. Collective on its first call, which every
+ * rank makes at the same decision point. */
 static int attach(llmt_trainer *tr)
 {
     llmt_controller *c = &tr->ctl;
@@ -84,16 +87,25 @@ static int attach(llmt_trainer *tr)
     if (c->attached)
         return LLMT_OK;
     int own = 0;
+    int32_t parts = 0, layers = 0;
     LLMT_TRY(llmt_controller_placeable(tr->parts.optimizer, &own));
+    LLMT_TRY(llmt_optimizer_get_offload(tr->parts.optimizer, &parts, &layers));
+    const int grads = (parts & LLMT_OFFLOAD_GRADS) != 0;
     if (!comm)
-        return llmt_controller_attach(c, tr->parts.optimizer, own);
-    int64_t v[2] = {own != 0, own == 0}; /* MAX: some rank may be placed, some may not */
-    LLMT_TRY(llmt_comm_allreduce_i64(comm, "controller placement", v, 2, LLMT_COMM_MAX));
+        return llmt_controller_attach(c, tr->parts.optimizer, own, grads);
+    /* MAX: some rank may be placed, some may not; some allows gradient
+     * offload, some does not. */
+    int64_t v[4] = {own != 0, own == 0, grads, !grads};
+    LLMT_TRY(llmt_comm_allreduce_i64(comm, "controller placement", v, 4, LLMT_COMM_MAX));
     if (v[0] && v[1])
         llmt_trainer_log(tr, "escalate", "step %lld: the ranks' optimizers start placed "
                          "differently (an offload set on some rank): the offload rungs place "
                          "none of them", (long long)tr->step);
-    return llmt_controller_attach(c, tr->parts.optimizer, v[1] == 0);
+    else if (v[2] && v[3])
+        llmt_trainer_log(tr, "escalate", "step %lld: gradient offload is allowed on some ranks "
+                         "only: the offload rungs move the optimizer state alone",
+                         (long long)tr->step);
+    return llmt_controller_attach(c, tr->parts.optimizer, v[1] == 0, v[3] == 0);
 }
 
 /* Text of what the cap offloads: "all of the optimizer state", "the
@@ -149,22 +161,44 @@ static int set_cap(llmt_trainer *tr, int64_t step)
     return LLMT_OK;
 }
 
+/* The optimizer's placement before a sync_placement, for going back. */
+typedef struct placement {
+    int32_t parts, layers;
+} placement;
+
 /* Gives the optimizer the current notch's placement where it has
  * another: at the first decision after creation, after a resume whose
  * notch is an offload rung, or after the cap changed the placement of a
  * passed-over rung or a smaller micro-batch. A move frees the step layout
- * first, as move_to does. Sets *moved when the state moved (the step just
- * measured had another). */
-static int sync_placement(llmt_trainer *tr, int *moved)
+ * first, as move_to does. *was receives the placement before; sets *moved
+ * when it changed (the step just measured had another). */
+static int sync_placement(llmt_trainer *tr, placement *was, int *moved)
 {
-    const llmt_optimizer *o = tr->parts.optimizer;
-    int64_t split = o->split;
     *moved = 0;
+    LLMT_TRY(llmt_optimizer_get_offload(tr->parts.optimizer, &was->parts, &was->layers));
     if (llmt_controller_moves(&tr->ctl, tr->ctl.notch))
         LLMT_TRY(free_step_layout(tr));
     LLMT_TRY(place(tr, tr->ctl.notch));
-    *moved = o->split != split;
+    placement now;
+    LLMT_TRY(llmt_optimizer_get_offload(tr->parts.optimizer, &now.parts, &now.layers));
+    *moved = now.layers != was->layers || now.parts != was->parts;
     return LLMT_OK;
+}
+
+/* After a sync_placement that failed on some rank, which stays placed as
+ * it was: where the rungs move gradients, whose placement must be the same
+ * on every rank (dist.c), a rank whose own move worked goes back to `was`
+ * (the state alone may be placed differently by rank). Should that fail,
+ * the next step fails on every rank naming the gradients' placement;
+ * logged. */
+static void undo_sync(llmt_trainer *tr, const placement *was, int moved)
+{
+    if (!moved || !tr->ctl.opt || !(tr->ctl.parts & LLMT_OFFLOAD_GRADS))
+        return;
+    if (llmt_optimizer_set_offload(tr->ctl.opt, was->parts, was->layers))
+        llmt_trainer_log(tr, "escalate", "step %lld: going back to the placement another rank "
+                         "kept failed (%s): the ranks' gradients are placed differently, which "
+                         "the next step refuses", (long long)tr->step, llmt_error_last());
 }
 
 /* One rank's part of a decision, agreed entry by entry as the MAX over the
@@ -416,12 +450,13 @@ int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
     v[AG_NOTCH] = c->notch;
     candidate cd = {0};
     int moved = 0;
+    placement was = {0, 0};
     char stayed[512] = "a rank's budget refused the move to the notch's placement";
     int rc = attach(tr);
     if (!rc)
         rc = set_cap(tr, tr->step);
     if (!rc)
-        rc = sync_placement(tr, &moved);
+        rc = sync_placement(tr, &was, &moved);
     if (rc == LLMT_ENOMEM) { /* the step is applied: it stays placed as it is */
         snprintf(stayed, sizeof stayed, "%s", llmt_error_last());
         v[AG_STAYED] = 1;
@@ -432,6 +467,7 @@ int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
         rc = propose(tr, peak, cap, &cd, v);
     LLMT_TRY(agree(tr, rc, v));
     if (v[AG_STAYED]) {
+        undo_sync(tr, &was, moved);
         llmt_trainer_log(tr, "escalate", "step %lld: the optimizer stays placed as it is (%s)",
                          (long long)tr->step, stayed);
         return LLMT_OK;
@@ -457,13 +493,14 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     llmt_comm *comm = comm_of(tr);
     int64_t v[AG_COUNT] = {0};
     int moved = 0;
+    placement was = {0, 0};
     int rc = free_step_layout(tr); /* the arena is remade for the notch the retry takes */
     if (!rc)
         rc = attach(tr);
     if (!rc)
         rc = set_cap(tr, tr->step + 1);
     if (!rc)
-        rc = sync_placement(tr, &moved);
+        rc = sync_placement(tr, &was, &moved);
     v[AG_MOVED] = moved;
     llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
     if (!rc)
@@ -480,7 +517,13 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     if (!rc && !moved && k < 0 && comm)
         v[AG_NONE] = llmt_comm_size(comm) - llmt_comm_rank(comm);
     v[AG_NOTCH] = k >= 0 ? k : c->max + 1;
-    LLMT_TRY(agree(tr, rc, v));
+    rc = agree(tr, rc, v);
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", llmt_error_last());
+        undo_sync(tr, &was, moved);
+        return llmt_fail(rc, "%s", why);
+    }
     char from[320], to[320];
     if (v[AG_MOVED]) { /* the notch (a resumed one) had not placed the optimizer yet */
         llmt_controller_describe(c, c->notch, to, sizeof to);

@@ -276,13 +276,15 @@ int llmt_controller_placeable(const llmt_optimizer *opt, int *placeable)
     return LLMT_OK;
 }
 
-int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place)
+int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place, int grads)
 {
     int32_t parts = 0, layers = 0;
     LLMT_TRY(llmt_optimizer_get_offload(opt, &parts, &layers));
     c->opt = place ? opt : NULL;
-    c->parts = parts == LLMT_OFFLOAD_NONE ? LLMT_OFFLOAD_OPTIMIZER : parts;
-    c->rest_parts = parts;
+    /* A placeable owner's parts are NONE or OPTIMIZER | GRADS of no layer;
+     * without `grads` the rung without offload is NONE on every rank. */
+    c->parts = LLMT_OFFLOAD_OPTIMIZER | (grads ? parts & LLMT_OFFLOAD_GRADS : 0);
+    c->rest_parts = grads ? parts : LLMT_OFFLOAD_NONE;
     c->attached = 1;
     return LLMT_OK;
 }

@@ -18,9 +18,10 @@
  * the ladder (an ordered slicer's sum appears at the first halving).
  *
  * A sharded (ZeRO-1) optimizer is placed too, each rank its own range: a
- * rung's prefix is the same on every rank, its split each rank's
- * (llmt_offload_split), so a rung may move nothing on a rank whose range
- * lies past it. The ladder, and which rungs are passed over, depend only on
+ * rung's prefix is the same on every rank, its state's split each rank's
+ * (llmt_offload_split), so a rung may move no state on a rank whose range
+ * lies past it; its gradients' split (when the rungs offload them) is the
+ * same on every rank, which holds the whole model's gradients. The ladder, and which rungs are passed over, depend only on
  * whether the optimizer is placed and on the cap, which the ranks agree on
  * (adapt.c: the cap is the least of the ranks'), so every rank has the same
  * ladder; the bytes of a notch are this rank's. */
@@ -53,10 +54,9 @@ typedef struct llmt_controller {
      * rungs place, or NULL when they do not (placed by its owner, or the
      * ranks of a sharded one disagreed); the parts its offload rungs
      * offload (LLMT_OFFLOAD_OPTIMIZER, or with LLMT_OFFLOAD_GRADS where the
-     * owner allowed it; never for a sharded optimizer, which refuses
-     * gradient offload) and those of the rung without offload (the owner's:
-     * NONE, or OPTIMIZER | GRADS of no layer); attached says the decision is
-     * made. */
+     * owner allowed it, on every rank of a sharded one) and those of the
+     * rung without offload (the owner's: NONE, or OPTIMIZER | GRADS of no
+     * layer); attached says the decision is made. */
     llmt_optimizer *opt;
     int32_t parts, rest_parts;
     int attached;
@@ -105,10 +105,12 @@ int llmt_controller_placeable(const llmt_optimizer *opt, int *placeable);
 
 /* Makes the decision once, before the first llmt_controller_place: the
  * offload rungs place opt when `place` is nonzero (which
- * llmt_controller_placeable must allow), else nothing. A data-parallel run
- * attaches with the ranks' agreed decision, so that the ladders are the
- * same. */
-int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place);
+ * llmt_controller_placeable must allow), else nothing; they offload its
+ * gradients too where its owner allowed it and `grads` is nonzero (without
+ * `grads`, the rung without offload is LLMT_OFFLOAD_NONE). A
+ * data-parallel run attaches with the ranks' agreed decisions, so that the
+ * ladders, and the gradients' placements, are the same. */
+int llmt_controller_attach(llmt_controller *c, llmt_optimizer *opt, int place, int grads);
 
 /* Moves the placed optimizer's state (nothing when the controller places
  * none) to notch k's offload (nothing when it is there already);

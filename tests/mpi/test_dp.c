@@ -346,17 +346,23 @@ static void test_adaptive_offload(const char *dir, llmt_comm *comm, const run *r
  * bytes the controller says it placed are the context's state and
  * gradients less the owner's sum. After the budget grows eightfold the
  * controller relaxes back to nothing offloaded. After STEPS the weights,
- * state and losses are bitwise ref's. */
+ * state and losses are bitwise ref's. With `mixed` only rank 0's owner
+ * allows gradient offload (the others' optimizers start without offload):
+ * the rungs then move the state alone on every rank (logged), no rank's
+ * gradients leave the device, and the rest holds. */
 static void test_adaptive_grads(const char *dir, llmt_comm *comm, const run *ref,
-                                const double *ref_loss)
+                                const double *ref_loss, int mixed)
 {
     enum { TIGHT = 4 };
     static char log[8192];
     log[0] = '\0';
     run ad;
     double loss[STEPS];
+    const char *what = mixed ? "adaptive, gradient offload allowed on rank 0 only"
+                             : "adaptive with gradient offload";
     adaptive = 1;
-    offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    offload_parts = mixed && rank > 0 ? LLMT_OFFLOAD_NONE
+                                      : LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
     offload_layers = 0;
     run_open(&ad, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
     adaptive = 0;
@@ -365,15 +371,17 @@ static void test_adaptive_grads(const char *dir, llmt_comm *comm, const run *ref
     must(llmt_trainer_set_log(ad.tr, append_log, log), "log");
     const uint64_t budget = tight_budget(&ad);
     must(llmt_context_set_budget(ad.ctx, budget), "budget");
-    int64_t host_grads = 0, fewest = 0;
+    int64_t host_grads[2] = {0, 0}, range[2] = {0, 0}; /* this rank's, as {-x, x}: MAX */
     for (int i = 0; i < STEPS; i++) {
         if (i == TIGHT) {
-            host_grads = (int64_t)ad.model->host_grads.bytes;
-            MPI_Allreduce(&host_grads, &fewest, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+            host_grads[1] = (int64_t)ad.model->host_grads.bytes;
+            host_grads[0] = -host_grads[1];
+            MPI_Allreduce(host_grads, range, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
             llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
             must(llmt_context_memory_stats(ad.ctx, &ms), "memory stats");
-            const uint64_t placed = ms.current[LLMT_MEM_OPTIMIZER] + ms.current[LLMT_MEM_GRADS] -
-                                    ad.opt->grad_sum.bytes;
+            const uint64_t placed =
+                ms.current[LLMT_MEM_OPTIMIZER] +
+                (mixed ? 0 : ms.current[LLMT_MEM_GRADS] - ad.opt->grad_sum.bytes);
             EXPECT(placed == llmt_controller_placed_bytes(&ad.tr->ctl), "step %d: %llu device "
                    "bytes of state and gradients, the controller predicts %llu", i,
                    (unsigned long long)placed,
@@ -383,17 +391,25 @@ static void test_adaptive_grads(const char *dir, llmt_comm *comm, const run *ref
         adaptive_step_agreed(&ad, i, i < TIGHT ? budget : 0, loss);
     }
     /* The cases the budget was chosen for, so the test cannot degrade. */
-    EXPECT(fewest > 0 && strstr(log, "step 1: out of memory") &&
-               strstr(log, "optimizer state and gradients offloaded"),
-           "a rank kept its gradients on the device under the budget (fewest host bytes %lld); "
-           "log:\n%s", (long long)fewest, log);
-    EXPECT(ad.model->grad_split == 0 && strstr(log, "relaxing from"), "the gradients did not "
-           "return to the device after the budget grew (split %lld); log:\n%s",
+    const long long fewest = -range[0], most = range[1];
+    if (mixed)
+        EXPECT(most == 0 && strstr(log, "step 1: out of memory") &&
+                   strstr(log, "gradient offload is allowed on some ranks only") &&
+                   strstr(log, "; optimizer state offloaded: "),
+               "%s: a rank's gradients left the device (most host bytes %lld), or no state "
+               "offload; log:\n%s", what, most, log);
+    else
+        EXPECT(fewest > 0 && strstr(log, "step 1: out of memory") &&
+                   strstr(log, "optimizer state and gradients offloaded"),
+               "%s: a rank kept its gradients on the device under the budget (fewest host bytes "
+               "%lld); log:\n%s", what, fewest, log);
+    EXPECT(ad.model->grad_split == 0 && strstr(log, "relaxing from"), "%s: the gradients did not "
+           "return to the device after the budget grew (split %lld); log:\n%s", what,
            (long long)ad.model->grad_split, log);
-    expect_like_ref(&ad, ref, loss, ref_loss, 0, "adaptive with gradient offload");
+    expect_like_ref(&ad, ref, loss, ref_loss, 0, what);
     if (rank == 0)
-        printf("adaptive with gradient offload on %d ranks: fewest host gradient bytes %lld, "
-               "bitwise %s\n", size, (long long)fewest, failures ? "NO" : "yes");
+        printf("%s on %d ranks: host gradient bytes %lld to %lld a rank, bitwise %s\n", what,
+               size, fewest, most, failures ? "NO" : "yes");
     run_close(&ad);
 }
 
@@ -766,7 +782,9 @@ static void test_precision(const char *dir, int precision, const char *name, llm
     }
     if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B) {
         test_adaptive_offload(dir, comm, &ref, ref_loss);
-        test_adaptive_grads(dir, comm, &ref, ref_loss);
+        test_adaptive_grads(dir, comm, &ref, ref_loss, 0);
+        if (size > 1)
+            test_adaptive_grads(dir, comm, &ref, ref_loss, 1);
     }
     if (precision == LLMT_PRECISION_FP32 && layers == 2 && micro < B && size > 1)
         test_adaptive_agreement(dir, comm, &ref, ref_loss);
@@ -791,9 +809,24 @@ static void test_precision(const char *dir, int precision, const char *name, llm
     EXPECT(diff <= tol, "%s fast on %d ranks: max difference %g over %g", name, size, diff, tol);
     EXPECT(fabs(fast_loss[STEPS - 1] - ref_loss[STEPS - 1]) < 1e-2, "%s fast: loss %g vs %g", name,
            fast_loss[STEPS - 1], ref_loss[STEPS - 1]);
+    /* Fast with the state and gradients of every layer offloaded (each
+     * rank's micro-batches summed through host memory): the fast run's
+     * bits. */
+    run fast_off;
+    double off_loss[STEPS];
+    offload_parts = LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+    run_open(&fast_off, dir, precision, comm, LLMT_REDUCE_FAST, NULL, 0, 77);
+    offload_parts = LLMT_OFFLOAD_NONE;
+    EXPECT(fast_off.model->grad_split > 0, "%s fast: no gradient offloaded", name);
+    train(&fast_off, STEPS, off_loss);
+    double off_diff = max_difference(&fast_off, &fast, &bitwise);
+    EXPECT(bitwise && memcmp(off_loss, fast_loss, sizeof off_loss) == 0, "%s fast on %d ranks, "
+           "state and gradients offloaded: differs from fast without (max %g)", name, size,
+           off_diff);
+    run_close(&fast_off);
     if (rank == 0)
-        printf("%s on %d ranks: deterministic bitwise %s; fast max difference %.3g\n", name, size,
-               failures ? "NO" : "yes", diff);
+        printf("%s on %d ranks: deterministic bitwise %s; fast max difference %.3g, the same "
+               "with offload\n", name, size, failures ? "NO" : "yes", diff);
     run_close(&fast);
     run_close(&ref);
 }

@@ -386,6 +386,9 @@ grep -qxF "offloaded on rank 1: the state of [$a, $params) ($((params - a))) in 
     "$tmp/out" &&
     grep -qxF "offloaded on every rank: the gradients of [0, $sg) ($sg) in host memory, the rest and one layer's bucket on the device" \
     "$tmp/out" || fail "--world 2 --offload optimizer+grads: $(sed -n 2,4p "$tmp/out")"
+run --preset small --seq 256 --world 2 --offload optimizer+grads --offload-layers 0
+[ "$status" = 0 ] && grep -qxF "offloaded on every rank: no gradients (the offloaded prefix holds no whole 4096-element granule)" \
+    "$tmp/out" || fail "--world 2 --offload optimizer+grads --offload-layers 0: exit $status: $(cat "$tmp/out" "$tmp/err")"
 
 # CUDA: arithmetic only, so no GPU or driver is needed.
 run --preset small --seq 256 --backend cuda

@@ -7,7 +7,8 @@
 # micro-batches of a step split unevenly; deterministic mode) and as one
 # process summing micro-batches in order (`mpiexec -n 1 ...
 # batch.accumulation=ordered`), and `-n 2` with the optimizer's state of a
-# prefix offloaded writes the files of `-n 2` without, a resume of `-n 2`
+# prefix offloaded (or all of it with the gradients) writes the files of
+# `-n 2` without, a resume of `-n 2`
 # with --optimizer-settings config the model of `-n 1`'s, and only
 # rank 0 writes --out (a second lock holder would fail the run); a fast
 # tier local to each node (two working directories) keeps each node's
@@ -119,13 +120,20 @@ for n in 2 3; do
         fail "-n $n: optimizer state differs from -n 1: $(cat "$tmp/eq.log")"
 done
 # Two ranks with the optimizer's state of the embedding and layer 0
-# offloaded (rank 0's range straddles that prefix, rank 1's lies past it):
-# the same files as without offload, the shard files included.
-"$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" --out "$tmp/off2" optimizer.offload=optimizer \
-    optimizer.offload_layers=1 > "$tmp/off2.log" 2>&1 || fail "-n 2, offload: $(cat "$tmp/off2.log")"
-for f in model.safetensors optimizer-00001-of-00002.safetensors optimizer-00002-of-00002.safetensors; do
-    cmp "$tmp/np2/checkpoints/step-00000003/$f" "$tmp/off2/checkpoints/step-00000003/$f" ||
-        fail "-n 2: $f differs with the optimizer offloaded"
+# offloaded (rank 0's range straddles that prefix, rank 1's lies past it),
+# then with all of it and the gradients too (8192 of the 8208 on the host
+# on both ranks): the same files as without offload, the shard files
+# included.
+for offload in optimizer:1 optimizer+grads:all; do
+    "$mpiexec" -n 2 "$train" --config "$tmp/tiny.yaml" --out "$tmp/off2-${offload%%:*}" \
+        optimizer.offload=${offload%%:*} optimizer.offload_layers=${offload#*:} \
+        > "$tmp/off2.log" 2>&1 || fail "-n 2, offload $offload: $(cat "$tmp/off2.log")"
+    for f in model.safetensors optimizer-00001-of-00002.safetensors \
+        optimizer-00002-of-00002.safetensors; do
+        cmp "$tmp/np2/checkpoints/step-00000003/$f" \
+            "$tmp/off2-${offload%%:*}/checkpoints/step-00000003/$f" ||
+            fail "-n 2: $f differs with offload $offload"
+    done
 done
 # --data-parallel as one rank: MPI's communicator of one, a sharded
 # checkpoint (one optimizer file) with the bytes of the ordered process.

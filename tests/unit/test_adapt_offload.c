@@ -624,7 +624,7 @@ static void test_ordered_accumulation_with_grads(void **state)
     rig_micro = B;
     assert_int_equal(llmt_slicer_set_accumulation(probe.slicer, LLMT_ACCUMULATE_ORDERED), LLMT_OK);
     llmt_controller *ctl = &probe.tr->ctl;
-    assert_int_equal(llmt_controller_attach(ctl, probe.opt, 1), LLMT_OK);
+    assert_int_equal(llmt_controller_attach(ctl, probe.opt, 1, 1), LLMT_OK);
     const uint64_t all = plan_ordered(&probe, both, LLMT_OFFLOAD_ALL_LAYERS).host_peak;
     assert_true(plan_placed(&probe, both, LLMT_OFFLOAD_ALL_LAYERS).host_peak < all - 1);
     assert_int_equal(llmt_context_set_host_budget(probe.ctx, all - 1), LLMT_OK);

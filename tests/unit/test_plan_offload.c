@@ -732,14 +732,14 @@ static uint64_t most_rank_host(llmt_context *ctx, llmt_plan_config pc, int32_t b
 
 /* With world_size and rank -1 the host budget holds for every rank: the
  * planned rank (the largest device peak) holds the least offloaded state,
- * so its host bytes are not the ones to check. */
-static void test_fit_host_budget_every_rank(void **state)
+ * so its host bytes are not the ones to check. With the gradients (parts)
+ * every rank's host holds the whole prefix's too. */
+static void fit_host_budget_every_rank(int32_t parts)
 {
-    (void)state;
     llmt_context *ctx = test_context(2, 3);
     llmt_plan_config pc = plan_config(LLMT_PRECISION_FP32);
     pc.world_size = 4;
-    pc.offload_parts = LLMT_OFFLOAD_OPTIMIZER;
+    pc.offload_parts = parts;
     pc.offload_layers = 1;
     uint64_t most = most_rank_host(ctx, pc, 1, LLMT_RECOMPUTE_NONE, 1);
     llmt_plan planned = plan_of(ctx, pc, 1, LLMT_RECOMPUTE_NONE, 1);
@@ -763,6 +763,13 @@ static void test_fit_host_budget_every_rank(void **state)
     assert_true(plan_of(ctx, pc, b, r, k).peak <= all.peak);
     assert_true(most_rank_host(ctx, pc, b, r, k) <= need - 1);
     llmt_context_free(ctx);
+}
+
+static void test_fit_host_budget_every_rank(void **state)
+{
+    (void)state;
+    fit_host_budget_every_rank(LLMT_OFFLOAD_OPTIMIZER);
+    fit_host_budget_every_rank(LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS);
 }
 
 static void test_invalid_offload_fields(void **state)
