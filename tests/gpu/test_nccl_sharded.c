@@ -12,7 +12,9 @@
  * copy-stream fences) on the reduced sum it downloads gives the same bits;
  * a third offloads the gradients of that prefix too (LLMT_OFFLOAD_GRADS:
  * stored to pinned host memory on the copy stream as backward runs, then
- * uploaded into the gradient bucket for the exchange): the same bits.
+ * uploaded into the gradient bucket for the exchange): the same bits, also
+ * with a vocabulary whose embedding makes the offloaded gradients more than
+ * one upload of LLMT_GRAD_STATS_CHUNK elements.
  * Without a CUDA device it exits 77 (skipped), or fails under
  * LLMT_REQUIRE_CUDA=1; a device without a usable NCCL fails. */
 #include <stdio.h>
@@ -23,6 +25,7 @@
 
 #include "cuda_required.h"
 #include "llmt/llmt.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 
@@ -31,6 +34,7 @@ enum { VOCAB = 64, BATCH = 4, SEQ = 16, STEPS = 3 };
 static llmt_context *g_ctx;
 static llmt_comm *g_comm;
 static char g_why[512];
+static int32_t g_vocab = VOCAB; /* the next models' */
 
 static void check_ok(int rc, const char *what)
 {
@@ -41,7 +45,7 @@ static void check_ok(int rc, const char *what)
 static llmt_model *make_model(void)
 {
     llmt_model_config mc = LLMT_MODEL_CONFIG_INIT;
-    mc.vocab_size = VOCAB;
+    mc.vocab_size = g_vocab;
     mc.hidden_size = 64;
     mc.num_layers = 2;
     mc.num_heads = 2; /* heads of 32 elements */
@@ -172,6 +176,17 @@ static void test_sharded_grads_offloaded_same_steps(void **state)
     same_steps(LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS, 1);
 }
 
+/* Again with an embedding of 20000 x 64 elements: the offloaded gradients
+ * (1.3 Mi elements) go up for the exchange in two uploads. */
+static void test_sharded_grads_offloaded_in_chunks(void **state)
+{
+    (void)state;
+    g_vocab = 20000;
+    assert_true((int64_t)g_vocab * 64 > LLMT_GRAD_STATS_CHUNK);
+    same_steps(LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS, 1);
+    g_vocab = VOCAB;
+}
+
 int main(void)
 {
     llmt_context_config cfg = LLMT_CONTEXT_CONFIG_INIT;
@@ -190,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_sharded_same_steps),
         cmocka_unit_test(test_sharded_offloaded_same_steps),
         cmocka_unit_test(test_sharded_grads_offloaded_same_steps),
+        cmocka_unit_test(test_sharded_grads_offloaded_in_chunks),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int have = g_comm != NULL;
