@@ -45,8 +45,7 @@ typedef struct llmt_plan_config {
     /* version 3: the optimizer's placement (llmt_optimizer_set_offload); needs
        with_optimizer = 1 unless offload_parts is NONE */
     int32_t offload_parts;     /* llmt_offload_part: LLMT_OFFLOAD_NONE (default),
-                                  LLMT_OFFLOAD_OPTIMIZER, or that | LLMT_OFFLOAD_GRADS
-                                  (world_size 0 only) */
+                                  LLMT_OFFLOAD_OPTIMIZER, or that | LLMT_OFFLOAD_GRADS */
     int32_t offload_layers;    /* LLMT_OFFLOAD_ALL_LAYERS (default) or 0..num_layers */
     /* version 4: */
     uint64_t host_budget;      /* the llmt_plan_fit* functions' limit on host_peak

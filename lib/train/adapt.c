@@ -179,18 +179,19 @@ static int sync_placement(llmt_trainer *tr, placement *was, int *moved)
     if (llmt_controller_moves(&tr->ctl, tr->ctl.notch))
         LLMT_TRY(free_step_layout(tr));
     LLMT_TRY(place(tr, tr->ctl.notch));
-    placement now;
+    placement now; /* a placement changes its layers (llmt_controller_place) */
     LLMT_TRY(llmt_optimizer_get_offload(tr->parts.optimizer, &now.parts, &now.layers));
-    *moved = now.layers != was->layers || now.parts != was->parts;
+    *moved = now.layers != was->layers;
     return LLMT_OK;
 }
 
 /* After a sync_placement that failed on some rank, which stays placed as
- * it was: where the rungs move gradients, whose placement must be the same
- * on every rank (dist.c), a rank whose own move worked goes back to `was`
+ * it was (or, where its own way back failed too, at the cap's placement):
+ * where the rungs move gradients, whose placement must be the same on
+ * every rank (dist.c), a rank whose own move worked goes back to `was`
  * (the state alone may be placed differently by rank). Should that fail,
- * the next step fails on every rank naming the gradients' placement;
- * logged. */
+ * or the failed rank be left elsewhere, the next step fails on every rank
+ * naming the gradients' placement; logged here when it is this rank's. */
 static void undo_sync(llmt_trainer *tr, const placement *was, int moved)
 {
     if (!moved || !tr->ctl.opt || !(tr->ctl.parts & LLMT_OFFLOAD_GRADS))
@@ -206,7 +207,7 @@ static void undo_sync(llmt_trainer *tr, const placement *was, int moved)
 enum {
     AG_FAILED, /* size - rank of the lowest rank whose own work failed; 0: none */
     AG_STAYED, /* a placement the budget refused: the state stays as it is */
-    AG_MOVED,  /* the state moved to the notch's placement */
+    AG_MOVED,  /* the optimizer's placement changed to the notch's */
     AG_NOTCH,  /* the notch wanted: the escalation or fit target; max + 1: none fits */
     AG_VETO,   /* relaxing predicts no headroom */
     AG_NONE,   /* size - rank of the lowest rank where no notch fits; 0: none */
@@ -465,7 +466,13 @@ int llmt_trainer_adapt(llmt_trainer *tr, uint64_t peak, uint64_t cap)
     v[AG_MOVED] = moved;
     if (!rc && !v[AG_STAYED] && !moved)
         rc = propose(tr, peak, cap, &cd, v);
-    LLMT_TRY(agree(tr, rc, v));
+    rc = agree(tr, rc, v);
+    if (rc) { /* a rank failed otherwise: no rank keeps a move the others lack */
+        char failed[512];
+        snprintf(failed, sizeof failed, "%s", llmt_error_last());
+        undo_sync(tr, &was, moved);
+        return llmt_fail(rc, "%s", failed);
+    }
     if (v[AG_STAYED]) {
         undo_sync(tr, &was, moved);
         llmt_trainer_log(tr, "escalate", "step %lld: the optimizer stays placed as it is (%s)",
@@ -519,10 +526,10 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     v[AG_NOTCH] = k >= 0 ? k : c->max + 1;
     rc = agree(tr, rc, v);
     if (rc) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", llmt_error_last());
+        char failed[512];
+        snprintf(failed, sizeof failed, "%s", llmt_error_last());
         undo_sync(tr, &was, moved);
-        return llmt_fail(rc, "%s", why);
+        return llmt_fail(rc, "%s", failed);
     }
     char from[320], to[320];
     if (v[AG_MOVED]) { /* the notch (a resumed one) had not placed the optimizer yet */

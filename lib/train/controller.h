@@ -21,10 +21,11 @@
  * rung's prefix is the same on every rank, its state's split each rank's
  * (llmt_offload_split), so a rung may move no state on a rank whose range
  * lies past it; its gradients' split (when the rungs offload them) is the
- * same on every rank, which holds the whole model's gradients. The ladder, and which rungs are passed over, depend only on
- * whether the optimizer is placed and on the cap, which the ranks agree on
- * (adapt.c: the cap is the least of the ranks'), so every rank has the same
- * ladder; the bytes of a notch are this rank's. */
+ * same on every rank, which holds the whole model's gradients. The ladder,
+ * and which rungs are passed over, depend only on whether the optimizer is
+ * placed and on the cap, which the ranks agree on (adapt.c: the cap is the
+ * least of the ranks'), so every rank has the same ladder; the bytes of a
+ * notch are this rank's. */
 #ifndef LLMT_TRAIN_CONTROLLER_H
 #define LLMT_TRAIN_CONTROLLER_H
 
