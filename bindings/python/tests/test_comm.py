@@ -64,10 +64,11 @@ class DpRun:
     """A training run over the stream: sharded over ``comm`` with ``reduce``,
     or (comm None) one process whose slicer accumulates in order."""
 
-    def __init__(self, pattern, precision, comm=None, reduce=None, seed=77, steps=20):
+    def __init__(self, pattern, precision, comm=None, reduce=None, seed=77, steps=20,
+                 **placement):
         self.ctx = llmt.Context(num_threads=1, seed=seed)
         self.model = llmt.Model(self.ctx, precision=precision, **TINY)
-        self.opt = llmt.Optimizer(self.model, comm=comm, reduce=reduce, **OPTIMIZER)
+        self.opt = llmt.Optimizer(self.model, comm=comm, reduce=reduce, **OPTIMIZER, **placement)
         self.slicer = llmt.Slicer(self.model, MICRO)
         if comm is None:
             self.slicer.accumulation = "ordered"
@@ -129,6 +130,33 @@ def test_sharded_training_over_python_callbacks_matches_one_ordered_process(tmp_
         assert engine.calls["alltoallv"] >= 4 and engine.calls["allgatherv_in_place"] >= 4
         assert losses == ref_losses
         assert_bitwise(state_of(dp), state_of(ref), "one sharded rank vs one process")
+    finally:
+        dp.close()
+        ref.close()
+        comm.close()
+
+
+def test_sharded_gradient_offload_over_python_callbacks_matches_one_process(tmp_path):
+    """The same world of one with the state and gradients of the embedding
+    and layer 0 offloaded (the gradients reach their owner from host memory
+    through the engine's alltoallv), then of every layer (in host memory:
+    12 bytes of state a parameter and the bf16 gradients of every whole
+    4096-element granule): the bits of a plain optimizer with an ordered
+    slicer."""
+    pattern = write_stream(tmp_path)
+    comm = llmt.Comm(LocalEngine())
+    dp = DpRun(pattern, "bf16_mixed", comm, offload_parts="optimizer+grads", offload_layers=1)
+    ref = DpRun(pattern, "bf16_mixed")
+    try:
+        assert dp.opt.offload == ("optimizer+grads", 1)
+        losses, ref_losses = dp.train(2), ref.train(2)
+        dp.opt.set_offload("optimizer+grads")
+        n = dp.model.num_params
+        assert dp.ctx.memory_stats()["host_state"]["current"] == 12 * n + 2 * (n // 4096 * 4096)
+        losses += dp.train(2)
+        ref_losses += ref.train(2)
+        assert losses == ref_losses
+        assert_bitwise(state_of(dp), state_of(ref), "one sharded rank, offloaded, vs one process")
     finally:
         dp.close()
         ref.close()

@@ -99,6 +99,12 @@ def test_deterministic_ranks_equal_one_ordered_process(comm, stream, precision):
     deterministic_bytes = comm.bytes_sent - before
     assert_bitwise(state_of(dp), state_of(ref), f"{precision} on {SIZE} ranks")
     assert ref_losses[-1] < ref_losses[0] - 0.1
+    # Every layer's state and gradients in host memory: the same bits.
+    off = DpRun(stream, precision, comm, "deterministic", offload_parts="optimizer+grads")
+    assert off.opt.offload == ("optimizer+grads", -1)
+    assert off.train(STEPS) == ref_losses
+    assert_bitwise(state_of(off), state_of(ref), f"{precision} on {SIZE} ranks, offloaded")
+    off.close()
 
     fast = DpRun(stream, precision, comm, "fast")
     before = comm.bytes_sent
