@@ -345,10 +345,8 @@ static int propose(llmt_trainer *tr, uint64_t peak, uint64_t cap, candidate *cd,
     cd->found = -1;
     if (cd->ratio > tr->cfg.memory_threshold && c->notch < c->max) {
         uint64_t limit = (uint64_t)(tr->cfg.memory_threshold * (double)cap);
-        LLMT_TRY(llmt_controller_find(c, cd->other, limit, &cd->found));
         uint64_t least = 0;
-        if (cd->found < 0)
-            LLMT_TRY(llmt_controller_least(c, &cd->least, &least));
+        LLMT_TRY(llmt_controller_find(c, cd->other, limit, &cd->found, &cd->least, &least));
         v[AG_NOTCH] = cd->found >= 0 ? cd->found : least < current ? c->max + 1 : c->notch;
     }
     /* The relax window counts this step (since_change is the same on every
@@ -520,7 +518,7 @@ int llmt_trainer_escalate_to_fit(llmt_trainer *tr, const char *why)
     uint64_t placed = llmt_controller_placed_bytes(c);
     int64_t k = -1;
     if (!rc && !moved)
-        rc = llmt_controller_find(c, 0, room + placed, &k);
+        rc = llmt_controller_find(c, 0, room + placed, &k, NULL, NULL);
     if (!rc && !moved && k < 0 && comm)
         v[AG_NONE] = llmt_comm_size(comm) - llmt_comm_rank(comm);
     v[AG_NOTCH] = k >= 0 ? k : c->max + 1;

@@ -350,37 +350,29 @@ int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k)
     return n;
 }
 
-int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limit, int64_t *k)
+int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limit, int64_t *k,
+                         int64_t *least, uint64_t *least_bytes)
 {
+    *k = -1;
+    int64_t lowest = -1;
+    uint64_t lowest_bytes = UINT64_MAX;
     for (int64_t n = c->notch + 1; n <= c->max; n++) {
         if (idle_rung(c, n))
             continue;
         uint64_t bytes = 0;
-        int rc = llmt_controller_bytes(c, n, &bytes);
-        if (rc)
-            return rc;
+        LLMT_TRY(llmt_controller_bytes(c, n, &bytes));
         if (other + bytes <= limit) {
             *k = n;
             return LLMT_OK;
         }
-    }
-    *k = -1;
-    return LLMT_OK;
-}
-
-int llmt_controller_least(const llmt_controller *c, int64_t *k, uint64_t *bytes)
-{
-    *k = -1;
-    *bytes = UINT64_MAX;
-    for (int64_t n = c->notch + 1; n <= c->max; n++) {
-        uint64_t b = 0;
-        if (idle_rung(c, n))
-            continue;
-        LLMT_TRY(llmt_controller_bytes(c, n, &b));
-        if (b <= *bytes) {
-            *k = n;
-            *bytes = b;
+        if (bytes <= lowest_bytes) {
+            lowest = n;
+            lowest_bytes = bytes;
         }
+    }
+    if (least) {
+        *least = lowest;
+        *least_bytes = lowest_bytes;
     }
     return LLMT_OK;
 }

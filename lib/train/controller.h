@@ -150,15 +150,14 @@ void llmt_controller_snap(llmt_controller *c);
 int64_t llmt_controller_lighter(const llmt_controller *c, int64_t k);
 
 /* The smallest notch above the current whose bytes, added to `other`
- * bytes, stay within limit; -1 when none. */
-int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limit, int64_t *k);
-
-/* The heaviest notch above the current whose bytes are the least of
- * those notches' (the offload rungs passed over are skipped) into *k, and
- * its bytes; *k = -1 when the current notch is the last. Where the bytes
- * never rise along the ladder (no ordered slicer) that is the heaviest
- * notch not passed over. */
-int llmt_controller_least(const llmt_controller *c, int64_t *k, uint64_t *bytes);
+ * bytes, stay within limit into *k; -1 when none. Then, with least not
+ * NULL, the same walk gives the heaviest of those notches whose bytes are
+ * the least of theirs (the offload rungs passed over are skipped) into
+ * *least, and its bytes into *least_bytes; *least = -1 when the current
+ * notch is the last. Where the bytes never rise along the ladder (no
+ * ordered slicer) that is the heaviest notch not passed over. */
+int llmt_controller_find(const llmt_controller *c, uint64_t other, uint64_t limit, int64_t *k,
+                         int64_t *least, uint64_t *least_bytes);
 
 /* Text "ffn_act on layers 0-3, none on 4-7; micro-batch 8" of notch k, with
  * "; optimizer offloaded: ..." for a placed optimizer's offload rungs. */
