@@ -167,13 +167,17 @@ static llmt_memory_stats stats(rig *r)
     return s;
 }
 
-/* The plan of the rig's model at micro-batch B with full recompute, with
- * offload_parts of `layers` offloaded. */
-static llmt_plan plan_placed(rig *r, int32_t offload_parts, int32_t layers)
+/* The plan of the rig's model with full recompute at micro-batch `micro`
+ * of a batch of B (summed in order when `ordered`), with offload_parts of
+ * `layers` offloaded. */
+static llmt_plan plan_of(rig *r, int32_t micro, int ordered, int32_t offload_parts,
+                         int32_t layers)
 {
     llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
     llmt_model_get_config(r->model, &pc.model);
-    pc.micro_batch = B;
+    pc.micro_batch = micro;
+    pc.batch_size = B;
+    pc.ordered_accumulation = ordered;
     pc.seq_len = pc.model.max_seq_len;
     pc.recompute = LLMT_RECOMPUTE_FULL;
     pc.offload_parts = offload_parts;
@@ -181,6 +185,13 @@ static llmt_plan plan_placed(rig *r, int32_t offload_parts, int32_t layers)
     llmt_plan p = LLMT_PLAN_INIT;
     assert_int_equal(llmt_plan_compute(r->ctx, &pc, &p), LLMT_OK);
     return p;
+}
+
+/* The plan at micro-batch B with full recompute, with offload_parts of
+ * `layers` offloaded. */
+static llmt_plan plan_placed(rig *r, int32_t offload_parts, int32_t layers)
+{
+    return plan_of(r, B, 0, offload_parts, layers);
 }
 
 static llmt_plan plan_full(rig *r)
@@ -556,18 +567,7 @@ static void test_grads_offload_instead_of_a_smaller_micro_batch(void **state)
  * in order, full recompute, with offload_parts of `layers` offloaded. */
 static llmt_plan plan_ordered(rig *r, int32_t offload_parts, int32_t layers)
 {
-    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
-    llmt_model_get_config(r->model, &pc.model);
-    pc.micro_batch = B / 2;
-    pc.batch_size = B;
-    pc.ordered_accumulation = 1;
-    pc.seq_len = pc.model.max_seq_len;
-    pc.recompute = LLMT_RECOMPUTE_FULL;
-    pc.offload_parts = offload_parts;
-    pc.offload_layers = layers;
-    llmt_plan p = LLMT_PLAN_INIT;
-    assert_int_equal(llmt_plan_compute(r->ctx, &pc, &p), LLMT_OK);
-    return p;
+    return plan_of(r, B / 2, 1, offload_parts, layers);
 }
 
 /* An ordered slicer at micro-batch B/2 (the fp32 sum of every gradient,
