@@ -22,6 +22,15 @@
  *     stream, after that wait.
  *  4. The host reads and writes host_grads only after llmt_grads_settle,
  *     which waits for both streams; frees wait for them too.
+ *  5. An overlapped reduction may send an offloaded bucket straight from
+ *     its slot (llmt_grads_sent) instead of storing it: the exchange, on
+ *     the engine's stream, reads the slot after the bucket's ops, and the
+ *     slot is marked in slots_sent until a join of the engine (after which
+ *     the compute stream's later ops wait for the exchange) clears it. A
+ *     load into a marked slot is refused: the sender joins the engine
+ *     before it sends from the other slot (sharded.c), so that with two
+ *     slots no load meets a mark, and bucket b's exchange runs while the
+ *     ops of bucket b - 1 write the other slot, as a store would.
  * Two buckets of the same parity in a row (a tied LM head's bucket 0, then
  * an even tail bucket) are still correct: the load waits for the store just
  * queued, which then does not overlap. */
@@ -74,6 +83,9 @@ static int load(llmt_model *m, int32_t b)
     int64_t s, e, h;
     bucket_parts(m, b, &s, &e, &h);
     char *dst = bucket_base(m, b, s);
+    if (m->slots_sent >> slot_of(m, b) & 1) /* invariant 5 */
+        return llmt_fail(LLMT_EINVAL, "gradient bucket %d: its slot is still read by a queued "
+                         "exchange (the engine was not joined)", (int)b);
     if (m->ops->wait_fence)
         LLMT_TRY(m->ops->wait_fence(m->dev, slot_of(m, b)));
     if (m->host_valid[b])
@@ -136,6 +148,24 @@ int llmt_grads_flush(llmt_model *m)
         LLMT_TRY(m->ops->copy_on_device(m->dev, m->grads.ptr, src + (size_t)(h - s) * es,
                                         (size_t)(e - h) * es));
     m->loaded = -1;
+    return LLMT_OK;
+}
+
+int llmt_grads_sent(llmt_model *m, int32_t b)
+{
+    if (m->loaded != b)
+        return llmt_fail(LLMT_EINVAL, "gradient bucket %d was sent from its slot, but bucket %d "
+                         "is loaded", (int)b, (int)m->loaded);
+    const size_t es = grad_es(m);
+    int64_t s, e, h;
+    bucket_parts(m, b, &s, &e, &h);
+    if (e > h) /* the device segment's head, as a flush stores it */
+        LLMT_TRY(m->ops->copy_on_device(m->dev, m->grads.ptr,
+                                        bucket_base(m, b, s) + (size_t)(h - s) * es,
+                                        (size_t)(e - h) * es));
+    m->host_valid[b] = 0;
+    m->loaded = -1;
+    m->slots_sent |= (uint8_t)(1u << slot_of(m, b));
     return LLMT_OK;
 }
 

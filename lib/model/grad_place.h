@@ -90,6 +90,14 @@ int llmt_grads_at(llmt_model *m, int32_t bucket, int64_t off, void **at);
  * host to read only after llmt_grads_settle. */
 int llmt_grads_flush(llmt_model *m);
 
+/* The loaded bucket b was sent from its slot by an exchange queued on the
+ * engine (an overlapped reduction, grad_buckets.c's invariant 5): it is
+ * dropped, not stored; its host part then reads as zero (its values went
+ * to their owners), its part past grad_split stays in the device segment,
+ * and its slot is marked in slots_sent, so that a load into it is refused
+ * until the engine is joined. LLMT_EINVAL when b is not the loaded one. */
+int llmt_grads_sent(llmt_model *m, int32_t b);
+
 /* Flushes, waits for every queued store and upload of host_grads, then
  * zero-fills the host part of every offloaded bucket whose host_valid is 0:
  * host_grads then holds exactly the gradients, for the host to read and

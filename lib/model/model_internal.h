@@ -113,6 +113,10 @@ struct llmt_model {
     int grads_live;      /* the three buffers are allocated (llmt_grads_ensure) */
     uint8_t *host_valid; /* per bucket (llmt_grad_bucket_count) */
     int32_t loaded;
+    /* Slots of grad_bucket (bit k: slot k) that a queued exchange may
+     * still read (llmt_grads_sent); cleared when the engine is joined
+     * (llmt_optimizer_reduce_join). */
+    uint8_t slots_sent;
     /* Counts changes made to the weights from outside the optimizer
      * (set_param, load), so mixed-precision master weights can follow. */
     uint64_t weights_epoch;

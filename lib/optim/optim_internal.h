@@ -128,21 +128,25 @@ int llmt_optimizer_reduce_begin(llmt_optimizer *o);
 int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present);
 
 /* Whether this step's reduction can overlap backward (*overlaps): the
- * communicator's engine queues exchanges (NCCL) and every gradient is in
- * the model's device buffer; places and allocates the gradients as
- * llmt_optimizer_reduce_round would. The same on every rank when their
- * engines and placements are. */
+ * communicator's engine queues exchanges (NCCL), and every gradient is in
+ * the model's device buffer or the gradient bucket has two slots (one
+ * sent from while backward writes the other); places and allocates the
+ * gradients as llmt_optimizer_reduce_round would. The same on every rank
+ * when their engines and placements are. */
 int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps);
 
 /* llmt_optimizer_reduce_round's work for the gradients of one bucket
  * (llmt_grad_bucket_range), queued on the engine: the model's bucket_final
  * calls it as backward finishes each bucket, so the exchange of one runs
- * while the next is computed. Every rank queues every bucket of a round, in
- * the same order (those with no micro-batch too, as not present). */
+ * while the next is computed. An offloaded bucket is sent from its slot of
+ * the gradient bucket and dropped there (llmt_grads_sent: it never crosses
+ * the host link). Every rank queues every bucket of a round, in the same
+ * order (those with no micro-batch too, as not present). */
 int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_t *present);
 
 /* The device's later ops (the next round's zeroing of the gradients, the
- * statistics of the sum) wait for the queued buckets; the host does not. */
+ * statistics of the sum, loads into the slots sent from) wait for the
+ * queued buckets; the host does not. */
 int llmt_optimizer_reduce_join(llmt_optimizer *o);
 
 /* The sharded part of a step: in the 16-bit modes the fp32 grad_sum

@@ -243,17 +243,18 @@ static int reduce_range(llmt_optimizer *o, int64_t s, int64_t e, const char *src
     return rc;
 }
 
-/* The round's reduction of the offloaded gradients [0, grad_split), which
- * are in host memory (host_grads): sent from there where that is the
- * backend's memory, else uploaded into the model's gradient bucket
- * LLMT_GRAD_STATS_CHUNK elements at a time, as the norm's uploads are (slot
- * 0 holds that many; it is free once the gradients are settled), and sent
- * from it. The upload is queued on the device before the exchange, which
- * the engine orders after it and waits for, so the next upload does not
- * overwrite bytes still to be sent. The exchange's windows are cut at the
- * split (and at every chunk), so the ranks' calls line up only where their
- * splits are the same: the trainer and llmt_optimizer_step check that
- * they are. */
+/* The round's reduction of the offloaded gradients [0, grad_split) after
+ * backward (an overlapped one sends them from the gradient bucket's slots,
+ * llmt_optimizer_reduce_bucket), from host memory (host_grads): sent from
+ * there where that is the backend's memory, else uploaded into the model's
+ * gradient bucket LLMT_GRAD_STATS_CHUNK elements at a time, as the norm's
+ * uploads are (slot 0 holds that many; it is free once the gradients are
+ * settled), and sent from it. The upload is queued on the device before
+ * the exchange, which the engine orders after it and waits for, so the
+ * next upload does not overwrite bytes still to be sent. The exchange's
+ * windows are cut at the split (and at every chunk), so the ranks' calls
+ * line up only where their splits are the same: the trainer and
+ * llmt_optimizer_step check that they are. */
 static int reduce_offloaded(llmt_optimizer *o, const uint8_t *present)
 {
     const llmt_model *m = o->model;
@@ -288,23 +289,42 @@ int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps)
     *overlaps = 0;
     if (!o->comm->alltoallv_add)
         return LLMT_OK;
+    llmt_model *m = o->model;
     LLMT_TRY(llmt_offload_place_grads(o));
-    LLMT_TRY(llmt_grads_ensure(o->model));
-    *overlaps = o->model->grad_split == 0; /* every gradient in the device buffer */
+    LLMT_TRY(llmt_grads_ensure(m));
+    /* Offloaded buckets are sent from their slots: one slot's exchange
+     * runs while backward writes the other (grad_buckets.c). */
+    *overlaps = m->grad_split == 0 || llmt_grad_bucket_slots(m->ops->host_memory) > 1;
     return LLMT_OK;
 }
 
 int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_t *present)
 {
-    const llmt_model *m = o->model;
+    llmt_model *m = o->model;
     int64_t s = 0, e = 0;
     llmt_grad_bucket_range(m, bucket, &s, &e);
-    return reduce_range(o, s, e, llmt_model_at(m, &m->grads, s), present, 1);
+    if (s >= m->grad_split) /* in the device segment, which starts at the split */
+        return reduce_range(o, s, e, llmt_model_at(m, &m->grads, s - m->grad_split), present, 1);
+    /* Offloaded: sent from its slot of the gradient bucket, where backward
+     * wrote it (loaded there if backward did not reach it), not stored to
+     * host memory. The exchanges that may still read the other slot are
+     * joined first, so that the ops after this bucket's (the next bucket's
+     * load into that slot) wait for them, and this bucket's exchange, not
+     * yet queued, runs while the next bucket is computed (grad_buckets.c's
+     * invariant 5). */
+    if (m->slots_sent)
+        LLMT_TRY(llmt_optimizer_reduce_join(o));
+    char *base = NULL;
+    LLMT_TRY(llmt_grads_acquire(m, bucket, &base));
+    LLMT_TRY(reduce_range(o, s, e, base, present, 1));
+    return llmt_grads_sent(m, bucket);
 }
 
 int llmt_optimizer_reduce_join(llmt_optimizer *o)
 {
-    return llmt_comm_join(o->comm, "gradient exchange");
+    LLMT_TRY(llmt_comm_join(o->comm, "gradient exchange"));
+    o->model->slots_sent = 0; /* the device's later ops wait for every queued exchange */
+    return LLMT_OK;
 }
 
 int llmt_round_in_place(llmt_device *dev, void *buf, int64_t n, int dt, void *bounce,

@@ -31,14 +31,17 @@
  * process with an ordered slicer and the same global batch; set_state
  * then get_state round-trips every tensor; the reduction overlapped with
  * backward gives the bits and bytes sent of the exchange after backward
- * in both reduce modes, with a round in which a rank has no micro-batch
- * (it does not show that the streams overlap: the emulator runs
- * everything at launch); with the state of the embedding and layer 0
+ * in both reduce modes, with a round in which a rank has no micro-batch,
+ * also with every layer's gradients offloaded (sent from the gradient
+ * bucket's slots), on an engine that holds each exchange until the join
+ * (the emulator runs everything at launch, so it does not show that the
+ * streams overlap; held, an exchange reads its slot as late as a GPU's
+ * may); with the state of the embedding and layer 0
  * offloaded (LLMT_OFFLOAD_OPTIMIZER, a rank's range straddling the split),
  * the pipelined host AdamW reads the reduced sum from the device and 3
  * steps (fp32 offloaded from the start, bf16_mixed from step 1, and
- * bf16_mixed with the gradients of the prefix too, uploaded from host
- * memory for the exchange) give bitwise the weights and state of the run
+ * bf16_mixed with the gradients of the prefix too, sent from the gradient
+ * bucket's slots, a rank's range straddling the split) give bitwise the weights and state of the run
  * without offload; adaptive
  * (fp32, 5 steps) under a device budget that fits full recompute only with
  * at least half of each rank's optimizer state on the host: step 1 runs out
@@ -444,28 +447,85 @@ static int32_t uneven_micro(void)
     return MICRO;
 }
 
-/* The engine's alltoallv_add, and how often test_overlap's counting
- * stand-in for it was called. */
+/* The engine's alltoallv_add and join, and how often test_overlap's
+ * stand-in for alltoallv_add was called. */
 static int (*engine_add)(void *, const void *, const size_t *, const size_t *, void *,
                          const size_t *, const size_t *, float *, int64_t, int);
+static int (*engine_join)(void *);
 static int64_t add_calls;
 
-static int counting_add(void *user, const void *send, const size_t *send_bytes,
-                        const size_t *send_offsets, void *recv, const size_t *recv_bytes,
-                        const size_t *recv_offsets, float *sum, int64_t n, int dt)
+/* One alltoallv_add held back by deferring_add: its arguments, the four
+ * count arrays copied (the caller reuses its own). */
+typedef struct held_add {
+    const void *send;
+    void *recv;
+    float *sum;
+    int64_t n;
+    int dt;
+    size_t *counts; /* send bytes, send offsets, recv bytes, recv offsets: size each */
+} held_add;
+
+static held_add *held;
+static size_t held_count, held_cap;
+
+/* A slow engine's alltoallv_add: counted and held, run only at the next
+ * join (deferring_join). A GPU's engine may run a queued exchange at any
+ * time before the join's wait ends; the emulator's runs it at once. Held,
+ * it reads its send buffer as late as a real engine may, so a buffer
+ * written again before the join (a gradient slot reloaded for the next
+ * bucket) sends the new bytes and changes the sums. */
+static int deferring_add(void *user, const void *send, const size_t *send_bytes,
+                         const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                         const size_t *recv_offsets, float *sum, int64_t n, int dt)
 {
+    (void)user;
     add_calls++;
-    return engine_add(user, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, sum,
-                      n, dt);
+    if (held_count == held_cap) {
+        size_t cap = held_cap ? 2 * held_cap : 64;
+        held_add *more = realloc(held, cap * sizeof *more);
+        if (!more)
+            return 1;
+        held = more, held_cap = cap;
+    }
+    size_t *counts = malloc(4 * (size_t)size * sizeof *counts);
+    if (!counts)
+        return 1;
+    const size_t *from[4] = {send_bytes, send_offsets, recv_bytes, recv_offsets};
+    for (int k = 0; k < 4; k++)
+        memcpy(counts + (size_t)k * (size_t)size, from[k], (size_t)size * sizeof *counts);
+    held[held_count++] = (held_add){send, recv, sum, n, dt, counts};
+    return 0;
 }
 
-/* The reduction overlapped with backward (the engine's alltoallv_add,
- * a bucket queued as backward ends it; counted, so a path that never
+/* The join of deferring_add's engine: the held exchanges in the order
+ * they were queued, then the engine's join. */
+static int deferring_join(void *user)
+{
+    int rc = 0;
+    for (size_t i = 0; i < held_count; i++) {
+        const held_add *h = &held[i];
+        const size_t *c = h->counts, z = (size_t)size;
+        if (!rc)
+            rc = engine_add(user, h->send, c, c + z, h->recv, c + 2 * z, c + 3 * z, h->sum, h->n,
+                            h->dt);
+        free(h->counts);
+    }
+    held_count = 0;
+    return rc ? rc : engine_join(user);
+}
+
+/* The reduction overlapped with backward (a bucket queued as backward ends
+ * it, on deferring_add's slow engine; counted, so a path that never
  * overlaps fails) against the same engine without it (each round's
  * exchange after its backward, comm->alltoallv_add cleared): after 3
  * bf16_mixed steps, bitwise the same weights and state, and the same bytes
  * sent, in both reduce modes, with a micro-batch count the ranks do not
- * divide (deterministic mode then has a round in which a rank has none). */
+ * divide (deterministic mode then has a round in which a rank has none);
+ * and so with the gradients of the embedding and every layer offloaded
+ * (LLMT_OFFLOAD_GRADS), which the overlapped reduction sends from the two
+ * slots of the gradient bucket as backward leaves them there (each slot
+ * reloaded after its exchange was queued, which must wait for it), and the
+ * exchange after backward uploads from host memory. */
 static void test_overlap(const char *dir, llmt_comm *comm)
 {
     EXPECT(comm->alltoallv_add && comm->join, "the NCCL engine has no overlapped reduction");
@@ -475,22 +535,33 @@ static void test_overlap(const char *dir, llmt_comm *comm)
     micro = uneven_micro();
     const int modes[2] = {LLMT_REDUCE_DETERMINISTIC, LLMT_REDUCE_FAST};
     engine_add = comm->alltoallv_add;
-    for (int i = 0; i < 2; i++) {
+    engine_join = comm->join;
+    for (int i = 0; i < 4; i++) {
+        const int mode = modes[i % 2];
+        const int32_t parts = i < 2 ? LLMT_OFFLOAD_NONE
+                                    : LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
         run plain, overlapped;
         int64_t sent0 = llmt_comm_bytes_sent(comm);
         comm->alltoallv_add = NULL;
-        run_open(&plain, dir, LLMT_PRECISION_BF16_MIXED, comm, modes[i], NULL, 0, 77);
+        run_open(&plain, dir, LLMT_PRECISION_BF16_MIXED, comm, mode, NULL, 0, 77);
+        must(llmt_optimizer_set_offload(plain.opt, parts, LLMT_OFFLOAD_ALL_LAYERS), "offload");
         train(&plain, 3, NULL);
-        comm->alltoallv_add = counting_add;
+        comm->alltoallv_add = deferring_add;
+        comm->join = deferring_join;
         add_calls = 0;
         int64_t sent1 = llmt_comm_bytes_sent(comm);
-        run_open(&overlapped, dir, LLMT_PRECISION_BF16_MIXED, comm, modes[i], NULL, 0, 77);
+        run_open(&overlapped, dir, LLMT_PRECISION_BF16_MIXED, comm, mode, NULL, 0, 77);
+        must(llmt_optimizer_set_offload(overlapped.opt, parts, LLMT_OFFLOAD_ALL_LAYERS),
+             "offload");
         train(&overlapped, 3, NULL);
         int64_t sent2 = llmt_comm_bytes_sent(comm);
         comm->alltoallv_add = engine_add;
-        char what[96];
-        snprintf(what, sizeof what, "%s, overlapped, micro-batches of %d rows",
-                 i ? "fast" : "deterministic", micro);
+        comm->join = engine_join;
+        char what[128];
+        snprintf(what, sizeof what, "%s, overlapped, micro-batches of %d rows%s",
+                 mode == LLMT_REDUCE_FAST ? "fast" : "deterministic", micro,
+                 parts ? ", gradients offloaded" : "");
+        EXPECT(!parts || overlapped.model->grad_split > 0, "%s: no gradient is offloaded", what);
         EXPECT(same_weights(&overlapped, &plain), "%s: the weights differ from the exchange "
                "after backward", what);
         EXPECT(same_state(&overlapped, &plain), "%s: the optimizer state differs from the "
@@ -503,10 +574,12 @@ static void test_overlap(const char *dir, llmt_comm *comm)
         run_close(&overlapped);
         run_close(&plain);
     }
+    free(held);
+    held = NULL, held_cap = 0;
     micro = saved_micro;
     if (rank == 0)
-        printf("overlapped reduction on %d ranks (emulated CUDA, NCCL engine): bitwise %s\n",
-               size, failures ? "NO" : "yes");
+        printf("overlapped reduction on %d ranks (emulated CUDA, NCCL engine, exchanges held "
+               "until the join): bitwise %s\n", size, failures ? "NO" : "yes");
 }
 
 
@@ -527,8 +600,8 @@ enum { OFFLOAD_LAYERS = 1, OFFLOAD_STEPS = 3 };
  * offloads before the first step (the pipeline downloads the weights too);
  * bf16_mixed after the first (the state, master weights included, moves to
  * the host mid-run), and again with the gradients of the prefix too
- * (LLMT_OFFLOAD_GRADS: stored to host memory as backward runs, uploaded
- * into the gradient bucket a bucketful at a time for the exchange). */
+ * (LLMT_OFFLOAD_GRADS: the overlapped exchange sends each offloaded
+ * bucket from its slot of the gradient bucket as backward finishes it). */
 static void test_offload(const char *dir, llmt_comm *comm)
 {
     const int precisions[3] = {LLMT_PRECISION_FP32, LLMT_PRECISION_BF16_MIXED,
