@@ -20,7 +20,8 @@
 # process; the test's header says what it covers), test_nccl_sharded at
 # world 1 (the GPU kit's nccl-sharded stage), and llmt-train trains 3
 # steps at 2 ranks over the engine and as one process with --data-parallel
-# (NCCL world 1, without MPI), to the same model bytes. It does not check
+# (NCCL world 1, without MPI), to the same model bytes, and the GPU kit's
+# nccl-train stage (tests/gpu/train_nccl_world1.sh) runs. It does not check
 # what only a GPU shows: cuBLASLt (the GEMM is a plain loop here), races
 # between warps that the emulator's block-wide barriers hide, NCCL's own
 # transport, launch limits, or speed. Passing here is not a GPU run;
@@ -180,3 +181,10 @@ cmp "$tmp/np2/checkpoints/step-00000003/model.safetensors" \
     "$tmp/dp1/checkpoints/step-00000003/model.safetensors" ||
     fail "model.safetensors of step 3 differs between 2 ranks and one (deterministic mode)"
 echo "llmt-train over NCCL: 2 ranks and one with --data-parallel, the same losses and model bytes"
+
+# The GPU kit's nccl-train stage as the kit runs it (NCCL world 1, here the
+# stand-in without MPI), so that what it trains runs on the CUDA kernels
+# before a GPU run: with optimizer+grads it sends the offloaded buckets
+# from the gradient bucket's slots.
+echo "== EMULATED on the CPU (not a GPU run): the GPU kit's nccl-train stage =="
+timeout 300 sh tests/gpu/train_nccl_world1.sh "$build/examples/llmt-train"

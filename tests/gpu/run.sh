@@ -39,7 +39,8 @@
 #               (tests/gpu/test_nccl_sharded.c)
 #   nccl-train  llmt-train --data-parallel on CUDA, one rank over NCCL: the
 #               loss falls, a sharded checkpoint resumes to the bytes of an
-#               uninterrupted run (tests/gpu/train_nccl_world1.sh)
+#               uninterrupted run, and so does a run with optimizer+grads
+#               offloaded (tests/gpu/train_nccl_world1.sh)
 #   memcheck    compute-sanitizer memcheck over the op tests (small shapes)
 #   bench       bench_gpu_step on the ~1B LLaMA, T=2048, BF16_MIXED
 #   torch       the same model and batch in PyTorch (torch_side_by_side.py)

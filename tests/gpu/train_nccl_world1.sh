@@ -6,7 +6,11 @@
 # optimizer and sharded checkpoints over it): 10 steps of a tiny model on a
 # hand-made shard whose loss falls (step 10 below step 1), a sharded
 # checkpoint with one optimizer file, then a rerun to 14 steps that resumes
-# from step 10 and ends with the bytes of an uninterrupted 14-step run.
+# from step 10 and ends with the bytes of an uninterrupted 14-step run; and
+# 14 steps with the optimizer state and gradients of every layer offloaded
+# (on CUDA each offloaded bucket sent from its slot of the gradient bucket
+# by the overlapped exchange) end with those bytes too. Heads of 32
+# elements, as the CUDA kernels take.
 # One rank: NCCL refuses two ranks on one GPU, and the kit carries no MPI
 # (the ranks' joining is checked on the CPU: tests/tools/test_llmt_train_mpi.sh).
 #
@@ -24,8 +28,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 . "$(dirname "$0")/../tools/shard_v1.sh"
 write_text_shard "$tmp/d"
 cat > "$tmp/tiny.yaml" <<EOF
-model: {vocab_size: 110, hidden_size: 16, num_layers: 2, num_heads: 2, num_kv_heads: 1,
-        ffn_size: 32, max_seq_len: 8}
+model: {vocab_size: 110, hidden_size: 64, num_layers: 2, num_heads: 2, num_kv_heads: 1,
+        ffn_size: 128, max_seq_len: 8}
 optimizer: {lr: 1.0e-2}
 batch: {batch_size: 4, micro_batch: 1, seq_len: 8}
 data: {train: "$tmp/d/t_*.bin", val: "$tmp/d/t_*.bin"}
@@ -58,8 +62,11 @@ ckpt=$tmp/r/checkpoints/step-00000010
 run "$tmp/r" "$tmp/resume.log" --resume --steps 14
 grep -q "resuming at step 10 of 14" "$tmp/resume.log" || fail "the rerun did not resume from step 10"
 run "$tmp/u" "$tmp/u.log" --steps 14
+run "$tmp/o" "$tmp/o.log" --steps 14 optimizer.offload=optimizer+grads
 for f in model.safetensors optimizer-00001-of-00001.safetensors; do
     cmp "$tmp/r/checkpoints/step-00000014/$f" "$tmp/u/checkpoints/step-00000014/$f" ||
         fail "resumed at step 10: $f of step 14 differs from an uninterrupted run's"
+    cmp "$tmp/o/checkpoints/step-00000014/$f" "$tmp/u/checkpoints/step-00000014/$f" ||
+        fail "with optimizer+grads offloaded: $f of step 14 differs from the run without"
 done
-echo "llmt-train --data-parallel on $backend, one rank: the loss fell ($first to $last), step 10 resumed to the uninterrupted run's bytes"
+echo "llmt-train --data-parallel on $backend, one rank: the loss fell ($first to $last), step 10 resumed to the uninterrupted run's bytes, and 14 steps with optimizer+grads offloaded gave the same bytes"
