@@ -521,17 +521,24 @@ static int nccl_alltoallv_add(void *user, const void *send, const size_t *send_b
     return settle(e, rc);
 }
 
-/* The llmt_nccl_api's join: the backend's stream waits for what the engine
- * queued; the host does not. */
-static int nccl_join(void *user)
+/* The work of the llmt_nccl_api's join (nccl_join). */
+static int join_on(nccl_engine *e, const char *coll)
 {
-    nccl_engine *e = (nccl_engine *)user;
-    const char *coll = "join";
     if (!e->comm)
         return engine_fail(e, coll, "the communicator was aborted by an earlier failure");
     LLMT_NCCL_TRY(cuda_call(e, coll, "cudaEventRecord", cudaEventRecord(e->done, e->stream)));
     return cuda_call(e, coll, "cudaStreamWaitEvent",
                      cudaStreamWaitEvent(e->cb->stream, e->done, 0));
+}
+
+/* The llmt_nccl_api's join: the backend's stream waits for what the engine
+ * queued; the host does not. A failure aborts the communicator: the
+ * device's later ops would not wait for the queued work, so the caller
+ * uses none of it, and the other ranks' next wait fails in bounded time. */
+static int nccl_join(void *user)
+{
+    nccl_engine *e = (nccl_engine *)user;
+    return settle(e, join_on(e, "join"));
 }
 
 /* The work of the llmt_comm_ops allgatherv (nccl_allgatherv). */

@@ -169,6 +169,11 @@ int llmt_grads_sent(llmt_model *m, int32_t b)
     return LLMT_OK;
 }
 
+void llmt_grads_sent_joined(llmt_model *m)
+{
+    m->slots_sent = 0;
+}
+
 int llmt_grads_settle(llmt_model *m)
 {
     LLMT_TRY(llmt_grads_ensure(m));

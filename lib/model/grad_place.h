@@ -98,6 +98,10 @@ int llmt_grads_flush(llmt_model *m);
  * until the engine is joined. LLMT_EINVAL when b is not the loaded one. */
 int llmt_grads_sent(llmt_model *m, int32_t b);
 
+/* The engine was joined, or what it queued will not be used (it failed or
+ * was aborted): no slot is marked any more. */
+void llmt_grads_sent_joined(llmt_model *m);
+
 /* Flushes, waits for every queued store and upload of host_grads, then
  * zero-fills the host part of every offloaded bucket whose host_valid is 0:
  * host_grads then holds exactly the gradients, for the host to read and

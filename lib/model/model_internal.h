@@ -114,8 +114,7 @@ struct llmt_model {
     uint8_t *host_valid; /* per bucket (llmt_grad_bucket_count) */
     int32_t loaded;
     /* Slots of grad_bucket (bit k: slot k) that a queued exchange may
-     * still read (llmt_grads_sent); cleared when the engine is joined
-     * (llmt_optimizer_reduce_join). */
+     * still read (llmt_grads_sent); cleared by llmt_grads_sent_joined. */
     uint8_t slots_sent;
     /* Counts changes made to the weights from outside the optimizer
      * (set_param, load), so mixed-precision master weights can follow. */

@@ -432,9 +432,13 @@ int llmt_optimizer_step(llmt_optimizer *o, llmt_loss_scaler *scaler, llmt_update
     }
     o->grads_reduced = 0;
     /* The gradients where this optimizer's placement says (another
-     * optimizer of the model may have moved them), and whole on the host. */
+     * optimizer of the model may have moved them), and, for an unsharded
+     * update, which reads them, whole on the host. A sharded one reads its
+     * reduced sum: settling would only zero-fill the host part of each
+     * bucket an overlapped reduction sent from its slot. */
     LLMT_TRY(llmt_offload_place_grads(o));
-    LLMT_TRY(llmt_grads_settle(o->model));
+    if (!o->comm)
+        LLMT_TRY(llmt_grads_settle(o->model));
     double scale = scaler ? llmt_loss_scaler_scale(scaler) : 1.0;
     float inv_scale = (float)(1.0 / scale);
     double sumsq = 0.0;

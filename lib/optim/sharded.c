@@ -322,9 +322,11 @@ int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_
 
 int llmt_optimizer_reduce_join(llmt_optimizer *o)
 {
-    LLMT_TRY(llmt_comm_join(o->comm, "gradient exchange"));
-    o->model->slots_sent = 0; /* the device's later ops wait for every queued exchange */
-    return LLMT_OK;
+    int rc = llmt_comm_join(o->comm, "gradient exchange");
+    /* Joined, the device's later ops wait for every queued exchange; the
+     * join failed, the engine is aborted and what it queued is not used. */
+    llmt_grads_sent_joined(o->model);
+    return rc;
 }
 
 int llmt_round_in_place(llmt_device *dev, void *buf, int64_t n, int dt, void *bounce,

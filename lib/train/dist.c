@@ -71,10 +71,11 @@ static int queue_bucket(void *user, int32_t bucket)
  * rank queues every bucket in the same order, also after a failure of the
  * pass (its bytes then are what the failed pass left, and the failure is
  * agreed before the sum is used), so that the engine's calls stay matched.
- * A failure of the queuing itself aborts the engine (an offloaded bucket's
- * copies into or out of its slot can fail too, on CUDA only with an error
- * that breaks the context, so the engine's next call), and the other
- * ranks' next collective fails in bounded time. */
+ * A failure of the queuing itself stops it: the engine's aborts the engine;
+ * a local one (an offloaded bucket's copy into or out of its slot, on CUDA
+ * in practice an error that breaks the context) leaves this rank's calls
+ * short of the others'. Either way the other ranks' next collective fails
+ * in the engine's bounded wait, and the round's sums are not used. */
 static int run_micro_overlapped(llmt_trainer *tr, const split *sp, int32_t g, double scale,
                                 int64_t *loss_bits, const uint8_t *present)
 {
@@ -93,8 +94,8 @@ static int run_micro_overlapped(llmt_trainer *tr, const split *sp, int32_t g, do
         queued = queue_bucket(&ov, ov.next);
     if (!ov.stopped)
         queued = llmt_optimizer_reduce_join(ov.o);
-    else /* the engine is aborted: no exchange it held is used, so no slot stays marked */
-        m->slots_sent = 0;
+    else /* no exchange queued before the failure is used: no slot stays marked */
+        llmt_grads_sent_joined(m);
     return rc ? rc : queued;
 }
 

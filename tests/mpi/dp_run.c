@@ -9,7 +9,7 @@
 #include "model/model_internal.h"
 #include "train/trainer_internal.h"
 
-int32_t layers = 2, micro = MICRO;
+int32_t layers = 2, micro = MICRO, tied;
 const char *fast_dir;
 int64_t fast_every;
 int32_t backend = LLMT_BACKEND_CPU, heads = 4, kv_heads = 2;
@@ -42,6 +42,7 @@ void dp_model_config(llmt_model_config *mc, int precision)
     mc->vocab_size = VOCAB;
     mc->hidden_size = 32;
     mc->num_layers = layers;
+    mc->tie_embeddings = tied;
     mc->num_heads = heads;
     mc->num_kv_heads = kv_heads;
     mc->ffn_size = 64;

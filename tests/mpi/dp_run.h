@@ -13,8 +13,9 @@
 enum { VOCAB = 32, B = 12, MICRO = 2, T = 8, STEPS = 20, HALF = 10 };
 
 /* The shape of the next runs: layers (1 leaves ranks of -n 4 owning no
- * parameter) and micro-batch rows (B: one micro-batch for all ranks). */
-extern int32_t layers, micro;
+ * parameter), micro-batch rows (B: one micro-batch for all ranks) and
+ * whether the LM head is the embedding (0 unless a test sets it). */
+extern int32_t layers, micro, tied;
 
 /* The fast tier of the next runs that have a ckpt_dir: rank 0's store gets
  * fast_dir (NULL: none) and the run saves there every fast_every steps. */

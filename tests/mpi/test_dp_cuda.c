@@ -33,16 +33,16 @@
  * backward gives the bits and bytes sent of the exchange after backward
  * in both reduce modes, with a round in which a rank has no micro-batch,
  * also with every layer's gradients offloaded (sent from the gradient
- * bucket's slots), on an engine that holds each exchange until the join
- * (the emulator runs everything at launch, so it does not show that the
- * streams overlap; held, an exchange reads its slot as late as a GPU's
- * may); with the state of the embedding and layer 0
- * offloaded (LLMT_OFFLOAD_OPTIMIZER, a rank's range straddling the split),
- * the pipelined host AdamW reads the reduced sum from the device and 3
- * steps (fp32 offloaded from the start, bf16_mixed from step 1, and
- * bf16_mixed with the gradients of the prefix too, sent from the gradient
- * bucket's slots, a rank's range straddling the split) give bitwise the weights and state of the run
- * without offload; adaptive
+ * bucket's slots, untied and tied), on an engine that holds each exchange
+ * until the join (the emulator runs everything at launch, so it does not
+ * show that the streams overlap; held, an exchange reads its slot as late
+ * as a GPU's may); with the state of the embedding and layer 0 offloaded
+ * (LLMT_OFFLOAD_OPTIMIZER, a rank's range straddling the split), the
+ * pipelined host AdamW reads the reduced sum from the device and 3 steps
+ * (fp32 offloaded from the start, bf16_mixed from step 1, and bf16_mixed
+ * with the gradients of the prefix too, sent from the gradient bucket's
+ * slots) give bitwise the weights and state of the run without offload;
+ * adaptive
  * (fp32, 5 steps) under a device budget that fits full recompute only with
  * at least half of each rank's optimizer state on the host: step 1 runs out
  * of memory on every rank, the ranks agree on the heaviest of their least
@@ -76,6 +76,7 @@
 #include "dist/comm_internal.h"
 #include "llmt/comm_mpi.h"
 #include "llmt/llmt.h"
+#include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
@@ -457,6 +458,7 @@ static int64_t add_calls;
 /* One alltoallv_add held back by deferring_add: its arguments, the four
  * count arrays copied (the caller reuses its own). */
 typedef struct held_add {
+    void *user;
     const void *send;
     void *recv;
     float *sum;
@@ -478,7 +480,6 @@ static int deferring_add(void *user, const void *send, const size_t *send_bytes,
                          const size_t *send_offsets, void *recv, const size_t *recv_bytes,
                          const size_t *recv_offsets, float *sum, int64_t n, int dt)
 {
-    (void)user;
     add_calls++;
     if (held_count == held_cap) {
         size_t cap = held_cap ? 2 * held_cap : 64;
@@ -493,7 +494,7 @@ static int deferring_add(void *user, const void *send, const size_t *send_bytes,
     const size_t *from[4] = {send_bytes, send_offsets, recv_bytes, recv_offsets};
     for (int k = 0; k < 4; k++)
         memcpy(counts + (size_t)k * (size_t)size, from[k], (size_t)size * sizeof *counts);
-    held[held_count++] = (held_add){send, recv, sum, n, dt, counts};
+    held[held_count++] = (held_add){user, send, recv, sum, n, dt, counts};
     return 0;
 }
 
@@ -506,8 +507,8 @@ static int deferring_join(void *user)
         const held_add *h = &held[i];
         const size_t *c = h->counts, z = (size_t)size;
         if (!rc)
-            rc = engine_add(user, h->send, c, c + z, h->recv, c + 2 * z, c + 3 * z, h->sum, h->n,
-                            h->dt);
+            rc = engine_add(h->user, h->send, c, c + z, h->recv, c + 2 * z, c + 3 * z, h->sum,
+                            h->n, h->dt);
         free(h->counts);
     }
     held_count = 0;
@@ -522,10 +523,14 @@ static int deferring_join(void *user)
  * sent, in both reduce modes, with a micro-batch count the ranks do not
  * divide (deterministic mode then has a round in which a rank has none);
  * and so with the gradients of the embedding and every layer offloaded
- * (LLMT_OFFLOAD_GRADS), which the overlapped reduction sends from the two
- * slots of the gradient bucket as backward leaves them there (each slot
- * reloaded after its exchange was queued, which must wait for it), and the
- * exchange after backward uploads from host memory. */
+ * (LLMT_OFFLOAD_GRADS), untied and tied (the embedding's bucket, which the
+ * LM head writes in the forward, stored and reloaded once), which the
+ * overlapped reduction sends from the two slots of the gradient bucket as
+ * backward leaves them there (each slot reloaded after its exchange was
+ * queued, which must wait for it), and the exchange after backward uploads
+ * from host memory; after the overlapped run no offloaded bucket's host
+ * part holds a gradient (each was sent from its slot, none stored after
+ * its last write). */
 static void test_overlap(const char *dir, llmt_comm *comm)
 {
     EXPECT(comm->alltoallv_add && comm->join, "the NCCL engine has no overlapped reduction");
@@ -536,10 +541,11 @@ static void test_overlap(const char *dir, llmt_comm *comm)
     const int modes[2] = {LLMT_REDUCE_DETERMINISTIC, LLMT_REDUCE_FAST};
     engine_add = comm->alltoallv_add;
     engine_join = comm->join;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         const int mode = modes[i % 2];
         const int32_t parts = i < 2 ? LLMT_OFFLOAD_NONE
                                     : LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS;
+        tied = i >= 4;
         run plain, overlapped;
         int64_t sent0 = llmt_comm_bytes_sent(comm);
         comm->alltoallv_add = NULL;
@@ -558,10 +564,17 @@ static void test_overlap(const char *dir, llmt_comm *comm)
         comm->alltoallv_add = engine_add;
         comm->join = engine_join;
         char what[128];
-        snprintf(what, sizeof what, "%s, overlapped, micro-batches of %d rows%s",
+        snprintf(what, sizeof what, "%s, overlapped, micro-batches of %d rows%s%s",
                  mode == LLMT_REDUCE_FAST ? "fast" : "deterministic", micro,
-                 parts ? ", gradients offloaded" : "");
-        EXPECT(!parts || overlapped.model->grad_split > 0, "%s: no gradient is offloaded", what);
+                 parts ? ", gradients offloaded" : "", tied ? ", tied" : "");
+        const llmt_model *m = overlapped.model;
+        EXPECT(!parts || m->grad_split > 0, "%s: no gradient is offloaded", what);
+        for (int32_t b = 0; b < llmt_grad_bucket_count(m); b++) {
+            int64_t s = 0, e = 0;
+            llmt_grad_bucket_range(m, b, &s, &e);
+            EXPECT(s >= m->grad_split || !m->host_valid[b], "%s: bucket %d was stored to host "
+                   "memory after backward's last write", what, (int)b);
+        }
         EXPECT(same_weights(&overlapped, &plain), "%s: the weights differ from the exchange "
                "after backward", what);
         EXPECT(same_state(&overlapped, &plain), "%s: the optimizer state differs from the "
@@ -577,6 +590,7 @@ static void test_overlap(const char *dir, llmt_comm *comm)
     free(held);
     held = NULL, held_cap = 0;
     micro = saved_micro;
+    tied = 0;
     if (rank == 0)
         printf("overlapped reduction on %d ranks (emulated CUDA, NCCL engine, exchanges held "
                "until the join): bitwise %s\n", size, failures ? "NO" : "yes");

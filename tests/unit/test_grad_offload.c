@@ -4,7 +4,8 @@
  * offload, in every precision, tied or not; the accounting holds exactly the
  * two segments and the bucket; zeroing, reading and writing work across the
  * split; placements move values and refusals change nothing; the ordered
- * slicer sums across the split to the same bits. */
+ * slicer sums across the split to the same bits; a bucket sent from its
+ * slot reads as zero and holds its slot until the engine is joined. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -277,6 +278,50 @@ static float pattern(int64_t i)
     return (float)(i % 97 - 48) / 16.0f;
 }
 
+/* A bucket sent from its slot by an overlapped exchange (llmt_grads_sent),
+ * on the CPU (one slot): only the loaded bucket may be; afterwards its
+ * host part reads as zero and its straddling part past the split keeps its
+ * values, as every other bucket does; and a load into its slot is refused,
+ * naming the queued exchange, until llmt_grads_sent_joined. */
+static void test_sent_bucket_and_its_slot(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 3);
+    llmt_model *m = model_new(ctx, LLMT_PRECISION_FP32, 0);
+    const int64_t split = split_of(m, 1), n = llmt_model_num_params(m);
+    assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
+    float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    for (int64_t i = 0; i < n; i++)
+        want[i] = pattern(i) + 0.5f; /* no zero */
+    assert_int_equal(llmt_grads_io(m, 0, n, want, 1), LLMT_OK);
+    int64_t s = 0, e = 0;
+    llmt_grad_bucket_range(m, 1, &s, &e); /* layer 0: across the split */
+    assert_true(s < split && split < e);
+    char *base = NULL;
+    assert_int_equal(llmt_grads_acquire(m, 1, &base), LLMT_OK);
+    assert_int_equal(llmt_grads_sent(m, 2), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "bucket 2 was sent from its slot, but bucket 1 is loaded");
+    assert_int_equal(llmt_grads_sent(m, 1), LLMT_OK);
+    assert_int_equal(llmt_grads_acquire(m, 0, &base), LLMT_EINVAL);
+    assert_contains(llmt_error_last(), "gradient bucket 0: its slot is still read by a queued "
+                                       "exchange");
+    llmt_grads_sent_joined(m);
+    assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
+    for (int64_t i = 0; i < n; i++) {
+        float expect = i >= s && i < split ? 0.0f : want[i];
+        if (got[i] != expect)
+            fail_msg("element %lld: %g, not %g (bucket 1 is [%lld, %lld), split %lld)",
+                     (long long)i, got[i], expect, (long long)s, (long long)e, (long long)split);
+    }
+    assert_int_equal(llmt_grads_acquire(m, 0, &base), LLMT_OK);
+    free(want);
+    free(got);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+}
+
 /* The bytes of value v in a precision's gradient dtype, decoded by hand:
  * fp32 itself, bf16 its upper half (exact values), f16 through the half
  * conversion. */
@@ -468,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_place_and_back_keeps_values),
         cmocka_unit_test(test_refused_place_changes_nothing),
         cmocka_unit_test(test_ordered_slicer_with_offload),
+        cmocka_unit_test(test_sent_bucket_and_its_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
