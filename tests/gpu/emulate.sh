@@ -17,8 +17,9 @@
 # $build/emu/nccl and put first on LD_LIBRARY_PATH, where the engine's
 # dlopen finds it; then test_dp_cuda runs at 2 and 3 ranks (data-parallel
 # training with the sharded optimizer over the engine, bitwise against one
-# process; the test's header says what it covers), test_nccl_sharded at
-# world 1 (the GPU kit's nccl-sharded stage), and llmt-train trains 3
+# process; the test's header says what it covers), test_nccl_world1 and
+# test_nccl_sharded at world 1 (the GPU kit's nccl-world1 and nccl-sharded
+# stages), and llmt-train trains 3
 # steps at 2 ranks over the engine and as one process with --data-parallel
 # (NCCL world 1, without MPI), to the same model bytes, and the GPU kit's
 # nccl-train stage (tests/gpu/train_nccl_world1.sh) runs. It does not check
@@ -42,7 +43,7 @@ targets=(test_ops test_accumulate test_cuda_model)
 have_mpi=0
 if [ -d "$build/tests/mpi" ]; then # configured where MPI was found
     have_mpi=1
-    targets+=(test_dp_cuda test_nccl_sharded llmt-train)
+    targets+=(test_dp_cuda test_nccl_world1 test_nccl_sharded llmt-train)
 fi
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" >/dev/null
 
@@ -139,6 +140,11 @@ for np in 2 3; do
     echo "== EMULATED on the CPU (not a GPU run): test_dp_cuda at $np ranks over NCCL =="
     timeout 600 "$mpiexec" -n "$np" "$build/tests/mpi/test_dp_cuda"
 done
+# The GPU kit's nccl-world1 stage over the stand-in (a communicator of one
+# rank without MPI).
+echo "== EMULATED on the CPU (not a GPU run): test_nccl_world1 (world 1 over NCCL) =="
+LLMT_REQUIRE_CUDA=1 timeout 120 "$build/tests/test_nccl_world1"
+
 # The GPU kit's nccl-sharded stage at world 1 over the stand-in: its
 # gradient offload in several uploads of the offloaded gradients included.
 echo "== EMULATED on the CPU (not a GPU run): test_nccl_sharded (world 1 over NCCL) =="

@@ -41,9 +41,9 @@
 #               loss falls, a sharded checkpoint resumes to the bytes of an
 #               uninterrupted run, and so does a run with optimizer+grads
 #               offloaded (tests/gpu/train_nccl_world1.sh)
-#   memcheck    compute-sanitizer memcheck over the op tests (small shapes)
 #   bench       bench_gpu_step on the ~1B LLaMA, T=2048, BF16_MIXED
 #   torch       the same model and batch in PyTorch (torch_side_by_side.py)
+#   memcheck    compute-sanitizer memcheck over the op tests (test_ops cuda)
 #   racecheck   compute-sanitizer racecheck over the op tests
 #   suite       the rest of the CTest suite
 #
@@ -296,7 +296,8 @@ check_plugin() {
     ldd "$plugin" | grep -E 'cublasLt|not found'
     ! ldd "$plugin" | grep -q 'not found' || { echo "a library of the plugin is not found"; return 1; }
     if command -v cuobjdump >/dev/null; then
-        cuobjdump --list-elf "$plugin" | sed 's/.*\.//' | sort | uniq -c
+        cuobjdump --list-elf "$plugin" | sed -n 's/.*\.\(sm_[0-9a-z]*\)\.cubin$/\1/p' |
+            sort | uniq -c
         cuobjdump --list-elf "$plugin" | grep -q "sm_$arch" || { echo "no sm_$arch code"; return 1; }
     else
         echo "cuobjdump absent: the architecture is not checked"
@@ -364,17 +365,19 @@ sanitize() { # tool: the CUDA op tests under compute-sanitizer
 }
 export -f sanitize
 export sanitizer build
-gpu_stage memcheck 150 bash -c 'sanitize memcheck --leak-check no'
+# The figures before the sanitizers: under the budget they are what a
+# short GPU session most needs, and the sanitizers the likeliest to be cut.
 gpu_stage bench 180 "$build/tests/bench/bench_gpu_step" 5 1b "$build/gpu-bench.json"
 gpu_stage torch 240 env LD_LIBRARY_PATH="$ld_path_before" PYTHONUNBUFFERED=1 \
     python3 tests/gpu/torch_side_by_side.py --steps 5 --json "$build/gpu-torch.json"
+gpu_stage memcheck 150 bash -c 'sanitize memcheck --leak-check no'
 gpu_stage racecheck 120 bash -c 'sanitize racecheck --racecheck-report hazard'
 
 # The rest of the suite (the CPU tests, the tools, the API checks), less
 # the check of prepare.sh, which runs where the .debs are fetched. The
 # Python binding's tests run under /usr/bin/python3 (tests/CMakeLists.txt):
 # left out, and said so, only where that interpreter has no pytest.
-exclude='test_ops_cuda|test_cuda_model|gpu_nccl_world1|gpu_nccl_sharded|gpu_attention_cudnn|gpu_require_cuda|gpu_prepare_no_lists'
+exclude='test_ops_cuda|test_accumulate_cuda|test_cuda_model|gpu_nccl_world1|gpu_nccl_sharded|gpu_attention_cudnn|gpu_require_cuda|gpu_prepare_no_lists'
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
     exclude+='|python_binding'
     stage_note="python_binding not run: /usr/bin/python3 has no pytest"

@@ -375,10 +375,12 @@ static void test_bad_mode(void **state)
     assert_non_null(strstr(llmt_error_last(), "LLMT_CUDA_ATTENTION = 'cudnn9'"));
 }
 
+#ifdef LLMT_TEST_HAVE_CUDNN
 static int64_t pad(int64_t x, int64_t to)
 {
     return (x + to - 1) / to * to;
 }
+#endif
 
 static size_t round256(size_t x)
 {

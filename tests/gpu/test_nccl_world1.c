@@ -4,8 +4,10 @@
  * buffers against what the host computes for one rank (each piece lands at
  * its offset, the rest of the buffer untouched; a reduction over one rank
  * is the rank's values), then host buffers through the engine's staging
- * (llmt_comm_check_same, llmt_comm_agree) and an engine error passed on
- * with its message (the sharded optimizer over it: test_nccl_sharded.c).
+ * (llmt_comm_check_same, llmt_comm_agree), and last an engine error
+ * passed on with its message, which aborts the communicator (the sharded
+ * optimizer over it: test_nccl_sharded.c). tests/gpu/emulate.sh runs it on
+ * the emulated plugin.
  * Without a CUDA device it exits 77 (skipped), or fails under
  * LLMT_REQUIRE_CUDA=1. */
 #include <stdio.h>
@@ -142,11 +144,6 @@ static void test_allreduce_and_barrier(void **state)
         assert_memory_equal(got, v, sizeof v); /* over one rank, sum and max are the values */
     }
     check_ok(g_comm->ops.barrier(g_comm->ops.user), "barrier");
-    /* An engine error reaches the caller with the engine's words; the
-     * communicator is still usable afterwards. */
-    assert_int_equal(llmt_comm_allreduce_i64(g_comm, "bad op", d, N, 7), LLMT_ECOMM);
-    assert_contains(llmt_error_last(), "rank 0: bad op: NCCL allreduce_i64: op = 7");
-    check_ok(llmt_comm_allreduce_i64(g_comm, "allreduce", d, N, LLMT_COMM_SUM), "allreduce after");
     llmt_ops(g_ctx)->mem_free(g_ctx->backend, d);
 }
 
@@ -161,6 +158,22 @@ static void test_host_buffers(void **state)
     check_ok(llmt_comm_allreduce_i64(g_comm, "host allreduce", v, 3, LLMT_COMM_MAX), "host");
     assert_true(v[0] == 5 && v[1] == -7 && v[2] == 1LL << 40);
     assert_int_equal(llmt_comm_bytes_sent(g_comm) >= 0, 1);
+}
+
+/* An engine error reaches the caller with the engine's words, and aborts
+ * the communicator (this rank's calls would no longer match the others'):
+ * the next collective fails naming the earlier failure. Last: the
+ * communicator is of no use after it. */
+static void test_engine_error_aborts(void **state)
+{
+    (void)state;
+    need_comm();
+    int64_t v[2] = {1, 2};
+    assert_int_equal(llmt_comm_allreduce_i64(g_comm, "bad op", v, 2, 7), LLMT_ECOMM);
+    assert_contains(llmt_error_last(), "rank 0: bad op: NCCL allreduce_i64: op = 7");
+    assert_int_equal(llmt_comm_allreduce_i64(g_comm, "after", v, 2, LLMT_COMM_SUM), LLMT_ECOMM);
+    assert_contains(llmt_error_last(), "rank 0: after: NCCL allreduce_i64: the communicator was "
+                                       "aborted by an earlier failure");
 }
 
 int main(void)
@@ -189,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_allreduce_and_barrier),
         cmocka_unit_test(test_host_buffers),
+        cmocka_unit_test(test_engine_error_aborts),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int have = g_comm != NULL;
