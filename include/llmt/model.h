@@ -231,7 +231,8 @@ LLMT_API int llmt_model_get_param(const llmt_model *model, const char *name, flo
 LLMT_API int llmt_model_set_param(llmt_model *model, const char *name, const float *in,
                                   size_t count);
 
-/* Copies a parameter's gradient out as fp32. */
+/* Copies a parameter's gradient out as fp32. After a data-parallel
+ * trainer step it is not the step's gradient (docs/distributed.md). */
 LLMT_API int llmt_model_get_grad(const llmt_model *model, const char *name, float *out,
                                  size_t count);
 

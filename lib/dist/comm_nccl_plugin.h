@@ -40,7 +40,9 @@ typedef struct llmt_nccl_api {
      * without waiting, and none of its buffers may be touched until a join.
      * join makes ops queued later on dev's stream wait for all of it; the
      * host does not wait. A failure in the queued work surfaces in the next
-     * collective's (bounded) wait. */
+     * collective's (bounded) wait. A failure of either call aborts the
+     * communicator: nothing it queued is then ordered before later ops, and
+     * none of it may be used. */
     int (*alltoallv_add)(void *user, const void *send, const size_t *send_bytes,
                          const size_t *send_offsets, void *recv, const size_t *recv_bytes,
                          const size_t *recv_offsets, float *sum, int64_t n, int dt);

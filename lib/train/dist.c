@@ -49,7 +49,7 @@ typedef struct overlap {
     llmt_optimizer *o;
     const uint8_t *present;
     int32_t next; /* the next bucket backward finishes; -1 once all are queued */
-    int stopped;  /* a queuing failed: nothing more is queued (the engine is aborted) */
+    int stopped;  /* a queuing failed: nothing more is queued */
 } overlap;
 
 static int queue_bucket(void *user, int32_t bucket)
@@ -71,11 +71,11 @@ static int queue_bucket(void *user, int32_t bucket)
  * rank queues every bucket in the same order, also after a failure of the
  * pass (its bytes then are what the failed pass left, and the failure is
  * agreed before the sum is used), so that the engine's calls stay matched.
- * A failure of the queuing itself stops it: the engine's aborts the engine;
- * a local one (an offloaded bucket's copy into or out of its slot, on CUDA
- * in practice an error that breaks the context) leaves this rank's calls
- * short of the others'. Either way the other ranks' next collective fails
- * in the engine's bounded wait, and the round's sums are not used. */
+ * A failure of the queuing itself stops it: one of the engine aborts the
+ * engine; a local one (an offloaded bucket's copy into or out of its slot,
+ * on CUDA in practice an error that breaks the context) leaves this rank's
+ * calls short of the others'. Either way the other ranks' next collective
+ * fails in the engine's bounded wait, and the round's sums are not used. */
 static int run_micro_overlapped(llmt_trainer *tr, const split *sp, int32_t g, double scale,
                                 int64_t *loss_bits, const uint8_t *present)
 {
@@ -94,7 +94,9 @@ static int run_micro_overlapped(llmt_trainer *tr, const split *sp, int32_t g, do
         queued = queue_bucket(&ov, ov.next);
     if (!ov.stopped)
         queued = llmt_optimizer_reduce_join(ov.o);
-    else /* no exchange queued before the failure is used: no slot stays marked */
+    else /* Unjoined, the slots are safe because the caller's next call is the
+          * failure's agreement, a collective that first waits (bounded) for
+          * everything the engine queued: no device work may come between. */
         llmt_grads_sent_joined(m);
     return rc ? rc : queued;
 }

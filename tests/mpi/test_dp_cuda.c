@@ -72,6 +72,7 @@
 #include <mpi.h>
 
 #include "core/context_internal.h"
+#include "core/error.h"
 #include "dp_run.h"
 #include "dist/comm_internal.h"
 #include "llmt/comm_mpi.h"
@@ -485,12 +486,12 @@ static int deferring_add(void *user, const void *send, const size_t *send_bytes,
         size_t cap = held_cap ? 2 * held_cap : 64;
         held_add *more = realloc(held, cap * sizeof *more);
         if (!more)
-            return 1;
+            return llmt_fail(LLMT_ENOMEM, "deferring_add: out of host memory");
         held = more, held_cap = cap;
     }
     size_t *counts = malloc(4 * (size_t)size * sizeof *counts);
     if (!counts)
-        return 1;
+        return llmt_fail(LLMT_ENOMEM, "deferring_add: out of host memory");
     const size_t *from[4] = {send_bytes, send_offsets, recv_bytes, recv_offsets};
     for (int k = 0; k < 4; k++)
         memcpy(counts + (size_t)k * (size_t)size, from[k], (size_t)size * sizeof *counts);
@@ -572,8 +573,9 @@ static void test_overlap(const char *dir, llmt_comm *comm)
         for (int32_t b = 0; b < llmt_grad_bucket_count(m); b++) {
             int64_t s = 0, e = 0;
             llmt_grad_bucket_range(m, b, &s, &e);
-            EXPECT(s >= m->grad_split || !m->host_valid[b], "%s: bucket %d was stored to host "
-                   "memory after backward's last write", what, (int)b);
+            EXPECT(s >= m->grad_split || !m->host_valid[b], "%s: bucket %d's host part holds "
+                   "values after the step (stored or settled, not sent from its slot)", what,
+                   (int)b);
         }
         EXPECT(same_weights(&overlapped, &plain), "%s: the weights differ from the exchange "
                "after backward", what);
@@ -587,6 +589,7 @@ static void test_overlap(const char *dir, llmt_comm *comm)
         run_close(&overlapped);
         run_close(&plain);
     }
+    EXPECT(held_count == 0, "%zu exchanges held after the last join", held_count);
     free(held);
     held = NULL, held_cap = 0;
     micro = saved_micro;

@@ -280,9 +280,10 @@ static float pattern(int64_t i)
 
 /* A bucket sent from its slot by an overlapped exchange (llmt_grads_sent),
  * on the CPU (one slot): only the loaded bucket may be; afterwards its
- * host part reads as zero and its straddling part past the split keeps its
- * values, as every other bucket does; and a load into its slot is refused,
- * naming the queued exchange, until llmt_grads_sent_joined. */
+ * host part reads as zero and its straddling part past the split holds
+ * what the slot held (written there after the load), every other bucket
+ * its values; and a load into its slot is refused, naming the queued
+ * exchange, until llmt_grads_sent_joined. */
 static void test_sent_bucket_and_its_slot(void **state)
 {
     (void)state;
@@ -301,6 +302,13 @@ static void test_sent_bucket_and_its_slot(void **state)
     assert_true(s < split && split < e);
     char *base = NULL;
     assert_int_equal(llmt_grads_acquire(m, 1, &base), LLMT_OK);
+    /* The straddling tail as backward would leave it in the slot (host
+     * memory on the CPU): these values, not the loaded ones, must reach the
+     * device segment. */
+    for (int64_t i = split; i < e; i++) {
+        want[i] = -pattern(i) - 0.25f;
+        memcpy(base + (size_t)(i - s) * sizeof(float), &want[i], sizeof(float));
+    }
     assert_int_equal(llmt_grads_sent(m, 2), LLMT_EINVAL);
     assert_contains(llmt_error_last(), "bucket 2 was sent from its slot, but bucket 1 is loaded");
     assert_int_equal(llmt_grads_sent(m, 1), LLMT_OK);
