@@ -305,6 +305,8 @@ int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_
     llmt_grad_bucket_range(m, bucket, &s, &e);
     if (s >= m->grad_split) /* in the device segment, which starts at the split */
         return reduce_range(o, s, e, llmt_model_at(m, &m->grads, s - m->grad_split), present, 1);
+    if (!present[llmt_comm_rank(o->comm)]) /* sends nothing: any address in the bucket serves */
+        return reduce_range(o, s, e, m->grad_bucket.ptr, present, 1);
     /* Offloaded: sent from its slot of the gradient bucket, where backward
      * wrote it (loaded there if backward did not reach it), not stored to
      * host memory. The exchanges that may still read the other slot are
