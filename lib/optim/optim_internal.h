@@ -139,8 +139,8 @@ int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps);
  * (llmt_grad_bucket_range), queued on the engine: the model's bucket_final
  * calls it as backward finishes each bucket, so the exchange of one runs
  * while the next is computed. An offloaded bucket is sent from its slot of
- * the gradient bucket and dropped there (llmt_grads_sent: it never crosses
- * the host link). Every rank queues every bucket of a round, in the same
+ * the gradient bucket and dropped there (llmt_grads_sent), not stored to
+ * host memory. Every rank queues every bucket of a round, in the same
  * order (those with no micro-batch too, as not present). */
 int llmt_optimizer_reduce_bucket(llmt_optimizer *o, int32_t bucket, const uint8_t *present);
 
