@@ -54,7 +54,8 @@
  * split, from the parameters' names, and the controller's prediction; the
  * weights, state and losses are bitwise one process's without budget; a rank whose
  * overlapped exchange is refused mid-backward fails the step on every rank
- * within the stand-in's bounded wait, itself naming the refusal; a
+ * within the stand-in's bounded wait, itself naming the refusal, also with
+ * the gradients offloaded (no slot left marked after it); a
  * sharded checkpoint saved at N ranks at step 3 (synchronously: the log
  * says so) resumes in one process and at N ranks, and one process's
  * checkpoint (format 1) at N ranks, each to the uninterrupted run's bits
@@ -695,8 +696,11 @@ static int refusing_add(void *user, const void *send, const size_t *send_bytes,
  * rank, rank 1 naming the refusal, the others after the stand-in's bounded
  * wait (10 s here), their communicators aborted too, and no rank hangs; so
  * the release waits for no rank (a release barrier would wait 10 s). A
- * communicator of its own, made on ctx, serves it. */
-static void test_overlap_failure(const char *dir, llmt_context *ctx)
+ * communicator of its own, made on ctx, serves it. With parts, the state
+ * and gradients of every layer offloaded: the refused exchange is then an
+ * offloaded bucket's, sent from its slot, and afterwards no slot is left
+ * marked as read by the dead engine's exchanges (a load into either works). */
+static void overlap_failure(const char *dir, llmt_context *ctx, int32_t parts)
 {
     setenv("LLMT_FAKE_NCCL_TIMEOUT_S", "10", 1);
     uint8_t id[LLMT_COMM_NCCL_ID_BYTES];
@@ -706,6 +710,7 @@ static void test_overlap_failure(const char *dir, llmt_context *ctx)
     device_comm = comm;
     run r;
     run_open(&r, dir, LLMT_PRECISION_FP32, comm, LLMT_REDUCE_DETERMINISTIC, NULL, 0, 77);
+    must(llmt_optimizer_set_offload(r.opt, parts, LLMT_OFFLOAD_ALL_LAYERS), "offload");
     engine_add = comm->alltoallv_add;
     comm->alltoallv_add = refusing_add;
     add_calls = 0;
@@ -729,6 +734,17 @@ static void test_overlap_failure(const char *dir, llmt_context *ctx)
     if (rank == 1)
         EXPECT(add_calls == 3, "rank 1: %lld exchanges queued, 3 expected (none after the "
                "refused one)", (long long)add_calls);
+    llmt_model *m = r.model;
+    if (parts) {
+        int64_t s = 0, e = 0;
+        llmt_grad_bucket_range(m, 1, &s, &e); /* the refused exchange's bucket */
+        EXPECT(s < m->grad_split, "rank %d: bucket 1 is not offloaded", rank);
+        for (int32_t b = 0; b < 2; b++) { /* slots 0 and 1 */
+            char *base = NULL;
+            EXPECT(llmt_grads_acquire(m, b, &base) == LLMT_OK, "rank %d: after the failure, "
+                   "bucket %d does not load into its slot: %s", rank, (int)b, llmt_error_last());
+        }
+    }
     run_close(&r);
     comm->alltoallv_add = engine_add;
     spoil_call = -1;
@@ -739,8 +755,14 @@ static void test_overlap_failure(const char *dir, llmt_context *ctx)
     device_comm = shared;
     unsetenv("LLMT_FAKE_NCCL_TIMEOUT_S");
     if (rank == 0)
-        printf("overlapped exchange refused on rank 1 (emulated CUDA, NCCL engine): every rank "
-               "failed in %.0f s\n", took);
+        printf("overlapped exchange refused on rank 1 (emulated CUDA, NCCL engine%s): every rank "
+               "failed in %.0f s\n", parts ? ", every layer's gradients offloaded" : "", took);
+}
+
+static void test_overlap_failure(const char *dir, llmt_context *ctx)
+{
+    overlap_failure(dir, ctx, LLMT_OFFLOAD_NONE);
+    overlap_failure(dir, ctx, LLMT_OFFLOAD_OPTIMIZER | LLMT_OFFLOAD_GRADS);
 }
 
 /* Seconds the last rank waits before it releases test_release_late's
