@@ -3,7 +3,7 @@
  *
  *   llmt-plan --preset llama-7b [--seq 2048] [--micro-batch 1]
  *   llmt-plan --config run.yaml [--budget 24GiB] [--precision bf16_mixed]
- *   llmt-plan --preset llama-13b --world 8 [--rank 3]
+ *   llmt-plan --preset llama-13b --world 8 [--rank 3] [--reduce fast]
  *   llmt-plan --preset llama-7b --backend cuda --offload optimizer+grads [--offload-layers 16]
  *   llmt-plan --preset llama-7b --offload optimizer+grads --budget 24GiB --host-budget 96GiB
  *   llmt-plan --help | --version
@@ -16,8 +16,11 @@
  * optimizer the AdamW state (of the first --offload-layers; with --world,
  * of the part of the rank's range among them) is planned in host memory,
  * with --offload optimizer+grads their gradients too (every rank's whole
- * gradient's prefix with --world): the peak column is device bytes, the host column host bytes (llmt_plan's
- * host_peak), which --host-budget limits in the fit. Exit status: 0, 1 when
+ * gradient's prefix with --world, which on CUDA a rank of llmt-train's
+ * step sends from the device and keeps no host copy of when it adds no two
+ * micro-batches before an exchange, --reduce): the peak column is device
+ * bytes, the host column host bytes (llmt_plan's host_peak), which
+ * --host-budget limits in the fit. Exit status: 0, 1 when
  * planning fails or nothing fits --budget, 2 for a usage error. */
 #include <errno.h>
 #include <stdint.h>
@@ -60,7 +63,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: " PROG " (--preset NAME | --config FILE) [--seq N] [--micro-batch N]\n"
             "                 [--threads N] [--backend cpu|cuda] [--precision NAME]\n"
-            "                 [--budget BYTES] [--world N [--rank R]]\n"
+            "                 [--budget BYTES] [--world N [--rank R] [--reduce MODE]]\n"
             "                 [--offload none|optimizer|optimizer+grads\n"
             "                  [--offload-layers all|K] [--host-budget BYTES]]\n"
             "       " PROG " --help | --version\n"
@@ -82,8 +85,15 @@ static void usage(FILE *f)
             "                     fp16_mixed, bf16_pure), unless --precision pins it\n"
             "  --world N          plan one rank of N (1..65536) in a data-parallel run with\n"
             "                     the ZeRO-1 sharded optimizer: bytes and --budget per rank,\n"
-            "                     for the rank with the largest peak\n"
+            "                     for the rank with the largest peak; the global batch\n"
+            "                     is N micro-batches (or the config's batch_size)\n"
             "  --rank R           with --world: plan rank R (0..N-1) instead\n"
+            "  --reduce MODE      with --world: deterministic (default, or the config's\n"
+            "                     dist.reduce) or fast; on cuda, with optimizer+grads, a\n"
+            "                     rank that adds no two micro-batches before an exchange\n"
+            "                     (deterministic, or fast at most one a rank) sends the\n"
+            "                     offloaded gradients from the device and keeps no host\n"
+            "                     copy of them (but a tied embedding's)\n"
             "  --offload PARTS    none (default, or the config's optimizer.offload),\n"
             "                     optimizer: AdamW's moments and master weights in host\n"
             "                     memory, or optimizer+grads: their gradients too (the\n"
@@ -222,18 +232,29 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
            (long long)(end - split));
     if (!(pc->offload_parts & LLMT_OFFLOAD_GRADS))
         return 0;
-    /* The gradients' host bytes: what the state alone does not hold. */
-    llmt_plan s = LLMT_PLAN_INIT;
-    if (plan_rank_with(backend, threads, pc, LLMT_OFFLOAD_OPTIMIZER, p.rank, &s))
+    /* The gradients' host bytes: what the state alone does not hold; the
+     * offloaded ones: the same in one process, which keeps them all. */
+    llmt_plan s = LLMT_PLAN_INIT, one = LLMT_PLAN_INIT, one_s = LLMT_PLAN_INIT;
+    llmt_plan_config single = *pc;
+    single.world_size = 0, single.rank = -1;
+    if (plan_rank_with(backend, threads, pc, LLMT_OFFLOAD_OPTIMIZER, p.rank, &s) ||
+        plan_rank_with(backend, threads, &single, pc->offload_parts, -1, &one) ||
+        plan_rank_with(backend, threads, &single, LLMT_OFFLOAD_OPTIMIZER, -1, &one_s))
         return 1;
     const uint64_t elem = p.bytes[LLMT_MEM_PARAMS] / (uint64_t)p.num_params;
-    const long long gs = (long long)((p.host_peak - s.host_peak) / elem);
+    const long long gs = (long long)((one.host_peak - one_s.host_peak) / elem);
+    const long long home = (long long)((p.host_peak - s.host_peak) / elem);
     if (gs == 0)
         printf("offloaded on every rank: no gradients (the offloaded prefix holds no whole "
                "4096-element granule)\n");
-    else
+    else if (home == gs)
         printf("offloaded on every rank: the gradients of [0, %lld) (%lld) in host memory, the "
                "rest and one layer's bucket on the device\n", gs, gs);
+    else
+        printf("offloaded on every rank: the gradients of [0, %lld) (%lld), sent to their owners "
+               "from the device's bucket as backward ends each layer; in host memory on rank "
+               "%d: %lld of them%s\n", gs, gs, p.rank, home,
+               home ? " (a tied embedding's, written in the forward)" : "");
     return 0;
 }
 
@@ -361,6 +382,7 @@ int main(int argc, char **argv)
     const char *preset_name = NULL, *config_path = NULL, *backend_name = "cpu";
     const char *precision_name = NULL, *budget_text = NULL;
     const char *offload_name = NULL, *offload_layers_text = NULL, *host_budget_text = NULL;
+    const char *reduce_name = NULL;
     int64_t seq = 2048, micro = 1, threads = 1, world = 0, rank = -1;
     cli_option opts[] = {
         CLI_OPT_STRING("--preset", &preset_name),
@@ -373,6 +395,7 @@ int main(int argc, char **argv)
         CLI_OPT_STRING("--budget", &budget_text),
         CLI_OPT_INT64("--world", &world, 1, LLMT_PLAN_MAX_WORLD),
         CLI_OPT_INT64("--rank", &rank, 0, LLMT_PLAN_MAX_WORLD - 1),
+        CLI_OPT_STRING("--reduce", &reduce_name),
         CLI_OPT_STRING("--offload", &offload_name),
         CLI_OPT_STRING("--offload-layers", &offload_layers_text),
         CLI_OPT_STRING("--host-budget", &host_budget_text),
@@ -432,6 +455,12 @@ int main(int argc, char **argv)
             snprintf(why, sizeof why, "needs --world N");
         return bad_value("--rank", value, why);
     }
+    static const char *const reduce_names[] = {"deterministic", "fast"}; /* llmt_reduce_mode */
+    int reduce = reduce_name ? find_name(reduce_names, 2, reduce_name) : -1;
+    if (reduce_name && reduce < 0)
+        return bad_value("--reduce", reduce_name, "not a reduce mode (deterministic or fast)");
+    if (reduce_name && world == 0)
+        return bad_value("--reduce", reduce_name, "needs --world N");
 
     llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
     if (config_path) {
@@ -457,6 +486,7 @@ int main(int argc, char **argv)
         pc.ordered_accumulation = cfg.accumulation == LLMT_ACCUMULATE_ORDERED;
         pc.offload_parts = cfg.optimizer.offload_parts;
         pc.offload_layers = cfg.optimizer.offload_layers;
+        pc.reduce_mode = cfg.dist_reduce;
         if (!host_budget_text)
             host_budget = cfg.memory_host_budget;
     } else {
@@ -494,6 +524,10 @@ int main(int argc, char **argv)
     pc.seq_len = (int32_t)seq;
     pc.world_size = (int32_t)world;
     pc.rank = (int32_t)rank;
+    if (reduce >= 0)
+        pc.reduce_mode = reduce;
+    if (!config_path && world) /* a micro-batch a rank */
+        pc.batch_size = (int32_t)(micro * world < INT32_MAX ? micro * world : INT32_MAX);
 
     const llmt_model_config *m = &pc.model;
     printf("model: vocab %d, hidden %d, layers %d, heads %d/%d kv, ffn %d; micro-batch %d x seq "

@@ -15,10 +15,11 @@ extern "C" {
 #endif
 
 /* Version 2 appended the data-parallel fields (world_size ... ordered_accumulation),
- * version 3 the offload fields, version 4 host_budget; older structs, which
+ * version 3 the offload fields, version 4 host_budget, version 5 reduce_mode; older
+ * structs, which
  * end before them, are still accepted (only their bytes are read) and plan
  * a single process without offload and fit without a host budget. */
-#define LLMT_PLAN_CONFIG_VERSION 4
+#define LLMT_PLAN_CONFIG_VERSION 5
 
 /* The most ranks a plan takes (llmt-plan --world's bound). */
 #define LLMT_PLAN_MAX_WORLD 65536
@@ -51,11 +52,16 @@ typedef struct llmt_plan_config {
     uint64_t host_budget;      /* the llmt_plan_fit* functions' limit on host_peak
                                   (the context's host budget); 0: none (default).
                                   llmt_plan_compute does not read it */
+    /* version 5: */
+    int32_t reduce_mode;       /* with world_size: the trainer's llmt_reduce_mode
+                                  (LLMT_REDUCE_DETERMINISTIC, the default, or
+                                  LLMT_REDUCE_FAST); decides which offloaded gradients a
+                                  rank keeps in host memory on CUDA */
 } llmt_plan_config;
 
 #define LLMT_PLAN_CONFIG_INIT                                                            \
     {LLMT_PLAN_CONFIG_VERSION, LLMT_MODEL_CONFIG_INIT, 0, 0, 1, 256, 1, 0, -1, 0, 0,    \
-     LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_ALL_LAYERS, 0}
+     LLMT_OFFLOAD_NONE, LLMT_OFFLOAD_ALL_LAYERS, 0, LLMT_REDUCE_DETERMINISTIC}
 
 /* Fills cfg with the defaults of LLMT_PLAN_CONFIG_INIT. */
 LLMT_API void llmt_plan_config_init(llmt_plan_config *cfg);
@@ -95,8 +101,15 @@ typedef struct llmt_plan {
  * of that prefix, up to its last whole 4096-element granule, are in
  * HOST_STATE too and GRADS holds the rest and one device bucket (the
  * largest offloaded layer, embedding or tail). out->host_peak is the
- * HOST_STATE bytes; with world_size, every rank offloads the gradients of
- * the whole prefix (each holds the whole model's gradients). Errors:
+ * HOST_STATE bytes. With world_size, every rank offloads the gradients of
+ * the whole prefix (each holds the whole model's gradients), and on a
+ * backend whose memory the host cannot read (CUDA, over NCCL) a rank that
+ * adds no two micro-batches before an exchange (cfg->reduce_mode
+ * deterministic, or fast with at most one micro-batch of the global batch
+ * a rank) sends them from the device bucket and keeps no host copy of them
+ * but a tied embedding's (this plans llmt-train's step; a sharded
+ * llmt_optimizer_step after llmt_model_forward_backward stores the whole
+ * prefix in host memory at its first use). Errors:
  * LLMT_EINVAL naming the field, LLMT_EVERSION, LLMT_EUNSUPPORTED for
  * gradient offload on a backend without the per-granule gradient norm. */
 LLMT_API int llmt_plan_compute(const llmt_context *ctx, const llmt_plan_config *cfg,

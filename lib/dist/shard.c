@@ -1,5 +1,8 @@
-/* ZeRO-1 ownership ranges and the sizes of the buffers that follow. */
+/* ZeRO-1 ownership ranges, the sizes of the buffers that follow, and the
+ * micro-batches a rank runs between exchanges. */
 #include "dist/shard.h"
+
+#include "llmt/optimizer.h"
 
 void llmt_shard_range(int64_t num_params, int32_t size, int32_t rank, int64_t *first, int64_t *end)
 {
@@ -25,4 +28,25 @@ void llmt_shard_buffer_sizes(int64_t num_params, int32_t size, int32_t rank, siz
     int64_t per_sender = owned < window ? owned : window;
     *grad_sum_bytes = (size_t)owned * sizeof(float);
     *recv_bytes = (size_t)per_sender * (size_t)size * grad_size;
+}
+
+void llmt_fast_window(int32_t count, int32_t size, int32_t rank, int32_t *first, int32_t *end)
+{
+    *first = (int32_t)((int64_t)count * rank / size);
+    *end = (int32_t)((int64_t)count * (rank + 1) / size);
+}
+
+int32_t llmt_rank_micro_batches(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank)
+{
+    int32_t first = 0, end = 0;
+    llmt_fast_window(count, size, rank, &first, &end);
+    if (reduce_mode == LLMT_REDUCE_FAST)
+        return end - first;
+    return rank < count ? (count - rank + size - 1) / size : 0;
+}
+
+int llmt_one_micro_per_exchange(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank)
+{
+    return reduce_mode != LLMT_REDUCE_FAST ||
+           llmt_rank_micro_batches(reduce_mode, count, size, rank) <= 1;
 }

@@ -1,6 +1,7 @@
 /* ZeRO-1 ownership: which range of the flat parameter buffer each rank
- * owns, and the buffers a sharded optimizer allocates for it. Both the
- * optimizer and the planner size with these functions. */
+ * owns, the buffers a sharded optimizer allocates for it, and which
+ * micro-batches a rank runs between exchanges. The optimizer, the trainer
+ * and the planner size with these functions. */
 #ifndef LLMT_DIST_SHARD_H
 #define LLMT_DIST_SHARD_H
 
@@ -32,5 +33,22 @@ int64_t llmt_exchange_window(int32_t size, size_t elem_size);
  * of grad_size-byte gradients (WORKSPACE). */
 void llmt_shard_buffer_sizes(int64_t num_params, int32_t size, int32_t rank, size_t grad_size,
                              size_t *grad_sum_bytes, size_t *recv_bytes);
+
+/* The micro-batches [*first, *end) of a data-parallel step's count that
+ * rank runs before its one exchange in fast mode (llmt_reduce_mode):
+ * contiguous windows, as even as they go. */
+void llmt_fast_window(int32_t count, int32_t size, int32_t rank, int32_t *first, int32_t *end);
+
+/* How many of a data-parallel step's count micro-batches rank runs: in
+ * deterministic mode micro-batch j size + rank of each round j that has
+ * it, in fast mode its window's (llmt_fast_window). */
+int32_t llmt_rank_micro_batches(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank);
+
+/* Whether rank adds no two micro-batches' gradients before an exchange in
+ * a data-parallel step of count micro-batches: always in deterministic
+ * mode (a round is one micro-batch a rank), in fast mode when its window
+ * holds at most one. Then gradients sent from their slots need no host
+ * copy (llmt_grads_home_on_demand). */
+int llmt_one_micro_per_exchange(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank);
 
 #endif

@@ -33,7 +33,15 @@
  *     ops of bucket b - 1 write the other slot, as a store would.
  * Two buckets of the same parity in a row (a tied LM head's bucket 0, then
  * an even tail bucket) are still correct: the load waits for the store just
- * queued, which then does not overlap. */
+ * queued, which then does not overlap.
+ *
+ * The home (host_grads' room, [0, home_end)). Kept on demand, it grows
+ * only where a store or a settle needs it, so a data-parallel step that
+ * sends every offloaded bucket from its slot holds no host copy of them
+ * (a tied model: its embedding's bucket only). Its end is always 0,
+ * grad_split or the end of a bucket's host part, so a bucket's host part
+ * lies wholly inside or wholly outside it; host_valid[b] implies inside. A
+ * growth waits for the device (invariant 4) before copying the old home. */
 #include <string.h>
 
 #include "core/error.h"
@@ -71,6 +79,65 @@ static void bucket_parts(const llmt_model *m, int32_t b, int64_t *s, int64_t *e,
     *h = *e < m->grad_split ? *e : m->grad_split;
 }
 
+/* The end of the home: host_grads has room for [0, home_end). */
+static int64_t home_end(const llmt_model *m)
+{
+    return (int64_t)(m->host_grads.bytes / grad_es(m));
+}
+
+/* Gives host_grads room for [0, end) (end <= grad_split), keeping what it
+ * holds: a larger buffer, the old home copied into it once the device's
+ * queued stores and uploads of it are done, the old freed. On failure
+ * nothing changes. */
+static int home_grow(llmt_model *m, int64_t end)
+{
+    if (end <= home_end(m))
+        return LLMT_OK;
+    llmt_buf next = {0};
+    LLMT_TRY(llmt_buf_alloc(m->ctx, &next, LLMT_MEM_HOST_STATE, (size_t)end * grad_es(m),
+                            "offloaded gradients"));
+    int rc = m->host_grads.bytes ? m->ops->synchronize(m->dev) : LLMT_OK;
+    if (rc) {
+        llmt_buf_free(m->ctx, &next);
+        return rc;
+    }
+    if (m->host_grads.bytes)
+        memcpy(next.ptr, m->host_grads.ptr, m->host_grads.bytes);
+    llmt_buf_free(m->ctx, &m->host_grads);
+    m->host_grads = next;
+    return LLMT_OK;
+}
+
+int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split, int on_demand)
+{
+    if (!on_demand || split == 0 || m->lm_head != m->embed)
+        return on_demand ? 0 : split;
+    int64_t s = 0, e = 0;
+    llmt_grad_bucket_range(m, 0, &s, &e);
+    return e < split ? e : split;
+}
+
+int64_t llmt_dp_grad_home(int64_t split, int64_t on_demand, int from_slots, int32_t reduce_mode,
+                          int32_t count, int32_t size, int32_t rank)
+{
+    if (!from_slots || !llmt_one_micro_per_exchange(reduce_mode, count, size, rank))
+        return split;
+    return llmt_rank_micro_batches(reduce_mode, count, size, rank) ? on_demand : 0;
+}
+
+int llmt_grads_home_on_demand(llmt_model *m, int on_demand)
+{
+    m->grads_home_on_demand = on_demand;
+    if (!on_demand || !m->grads_all_zero || !m->host_grads.bytes)
+        return LLMT_OK;
+    /* Zero gradients need no home: freed once the device is done with it,
+     * no host part valid (a settle may have marked zeros so). */
+    LLMT_TRY(m->ops->synchronize(m->dev));
+    llmt_buf_free(m->ctx, &m->host_grads);
+    memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m));
+    return LLMT_OK;
+}
+
 /* Moves bucket b, offloaded, into its slot once the slot's last store is
  * done (invariants 2 and 3 above): its host part from host_grads (zeros
  * where host_valid says it holds none), its device part [split, e) from
@@ -103,6 +170,7 @@ static int load(llmt_model *m, int32_t b)
 int llmt_grads_acquire(llmt_model *m, int32_t bucket, char **base)
 {
     LLMT_TRY(llmt_grads_ensure(m));
+    m->grads_all_zero = 0; /* the caller writes the bucket */
     int64_t s, e;
     llmt_grad_bucket_range(m, bucket, &s, &e);
     if (s >= m->grad_split) { /* on the device: no copy */
@@ -136,10 +204,11 @@ int llmt_grads_flush(llmt_model *m)
     const int32_t b = m->loaded;
     int64_t s, e, h;
     bucket_parts(m, b, &s, &e, &h);
+    /* On failure the bucket stays loaded, its values in grad_bucket. */
+    LLMT_TRY(home_grow(m, m->grads_home_on_demand ? h : m->grad_split));
     const char *src = bucket_base(m, b, s);
     char *dst = (char *)m->host_grads.ptr + (size_t)s * es;
     const size_t bytes = (size_t)(h - s) * es;
-    /* On failure the bucket stays loaded, its values in grad_bucket. */
     LLMT_TRY(m->ops->copy_to_host_async
                  ? m->ops->copy_to_host_async(m->dev, dst, src, bytes, slot_of(m, b))
                  : m->ops->copy_to_host(m->dev, dst, src, bytes));
@@ -174,9 +243,12 @@ void llmt_grads_sent_joined(llmt_model *m)
     m->slots_sent = 0;
 }
 
-int llmt_grads_settle(llmt_model *m)
+/* llmt_grads_settle within the home: flushed, the device waited for, and
+ * every offloaded bucket's host part inside the home holding its values
+ * (zero-filled where host_valid was 0); the parts outside stay not valid
+ * (zero). */
+static int settle_home(llmt_model *m)
 {
-    LLMT_TRY(llmt_grads_ensure(m));
     LLMT_TRY(llmt_grads_flush(m));
     if (m->grad_split > 0) /* queued stores and uploads of host_grads (invariant 4) */
         LLMT_TRY(m->ops->synchronize(m->dev));
@@ -184,12 +256,19 @@ int llmt_grads_settle(llmt_model *m)
     for (int32_t b = 0; b < llmt_grad_bucket_count(m); b++) {
         int64_t s, e, h;
         bucket_parts(m, b, &s, &e, &h);
-        if (s >= m->grad_split || m->host_valid[b])
+        if (s >= m->grad_split || m->host_valid[b] || h > home_end(m))
             continue;
         memset((char *)m->host_grads.ptr + (size_t)s * es, 0, (size_t)(h - s) * es);
         m->host_valid[b] = 1;
     }
     return LLMT_OK;
+}
+
+int llmt_grads_settle(llmt_model *m)
+{
+    LLMT_TRY(llmt_grads_ensure(m));
+    LLMT_TRY(home_grow(m, m->grad_split));
+    return settle_home(m);
 }
 
 int llmt_grads_zero(llmt_model *m)
@@ -198,7 +277,9 @@ int llmt_grads_zero(llmt_model *m)
     /* The loaded bucket is dropped, not stored: its gradient is now zero. */
     m->loaded = -1;
     memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m));
-    return m->grads.bytes ? m->ops->mem_zero(m->dev, m->grads.ptr, m->grads.bytes) : LLMT_OK;
+    LLMT_TRY(m->grads.bytes ? m->ops->mem_zero(m->dev, m->grads.ptr, m->grads.bytes) : LLMT_OK);
+    m->grads_all_zero = 1;
+    return LLMT_OK;
 }
 
 /* The buffers of one placement. */
@@ -213,20 +294,27 @@ static void buffers_free(llmt_context *ctx, grad_buffers *g)
     llmt_buf_free(ctx, &g->bucket);
 }
 
-/* Allocates the buffers of split into g (empty on entry); on failure some
- * may be held (buffers_free releases them). */
-static int alloc_buffers(const llmt_model *m, int64_t split, grad_buffers *g)
+/* Allocates the buffers of split, the host one with room for [0, home),
+ * into g (empty on entry); on failure some may be held (buffers_free
+ * releases them). */
+static int alloc_buffers(const llmt_model *m, int64_t split, int64_t home, grad_buffers *g)
 {
     const size_t es = grad_es(m);
     size_t bucket = (size_t)llmt_grad_bucket_elems(m, split, m->ops->host_memory) * es;
     int rc = llmt_buf_alloc(m->ctx, &g->dev, LLMT_MEM_GRADS, (size_t)(m->num_params - split) * es,
                             "model gradients");
     if (!rc)
-        rc = llmt_buf_alloc(m->ctx, &g->host, LLMT_MEM_HOST_STATE, (size_t)split * es,
+        rc = llmt_buf_alloc(m->ctx, &g->host, LLMT_MEM_HOST_STATE, (size_t)home * es,
                             "offloaded gradients");
     if (!rc)
         rc = llmt_buf_alloc(m->ctx, &g->bucket, LLMT_MEM_GRADS, bucket, "gradient bucket");
     return rc;
+}
+
+/* Zeroes the device segment of freshly allocated buffers. */
+static int zero_device(const llmt_model *m, grad_buffers *g)
+{
+    return g->dev.bytes ? m->ops->mem_zero(m->dev, g->dev.ptr, g->dev.bytes) : LLMT_OK;
 }
 
 /* Copies bytes between two buffers, each host (HOST_STATE) or device memory. */
@@ -242,21 +330,46 @@ static int copy_any(const llmt_model *m, void *dst, int dst_host, const void *sr
                       : m->ops->copy_on_device(m->dev, dst, src, bytes);
 }
 
-/* Copies every gradient from the model's (settled) buffers to `to`, laid
- * out for split. */
+/* One placement's elements as three segments: [0, home) in host memory,
+ * [home, split) zero with no room (outside the home), [split, num_params)
+ * on the device. */
+typedef struct segments {
+    int64_t at[4];
+    char *base[3]; /* NULL for the zero segment */
+} segments;
+
+static segments segments_of(const llmt_model *m, const llmt_buf *host, int64_t split,
+                            const llmt_buf *dev)
+{
+    int64_t home = (int64_t)(host->bytes / grad_es(m));
+    segments g = {{0, home, split, m->num_params}, {host->ptr, NULL, dev->ptr}};
+    return g;
+}
+
+/* Copies every gradient from the model's buffers, settled within the home,
+ * to `to`, laid out for split: values from either old segment with room,
+ * zeros from the old zero one into the new segments with room (the new
+ * zero one receives only the old zero one's elements). */
 static int copy_values(const llmt_model *m, const grad_buffers *to, int64_t split)
 {
     const size_t es = grad_es(m);
-    const llmt_buf *from_buf[2] = {&m->host_grads, &m->grads}, *to_buf[2] = {&to->host, &to->dev};
-    const int64_t fs[3] = {0, m->grad_split, m->num_params}, ts[3] = {0, split, m->num_params};
-    for (int i = 0; i < 2; i++)     /* the old segment: host, device */
-        for (int j = 0; j < 2; j++) { /* the new one */
-            int64_t a = fs[i] > ts[j] ? fs[i] : ts[j];
-            int64_t b = fs[i + 1] < ts[j + 1] ? fs[i + 1] : ts[j + 1];
-            if (b > a)
-                LLMT_TRY(copy_any(m, (char *)to_buf[j]->ptr + (size_t)(a - ts[j]) * es, j == 0,
-                                  (const char *)from_buf[i]->ptr + (size_t)(a - fs[i]) * es,
-                                  i == 0, (size_t)(b - a) * es));
+    const segments f = segments_of(m, &m->host_grads, m->grad_split, &m->grads);
+    const segments t = segments_of(m, &to->host, split, &to->dev);
+    for (int i = 0; i < 3; i++)     /* the old segment: host, zero, device */
+        for (int j = 0; j < 3; j++) { /* the new one */
+            int64_t a = f.at[i] > t.at[j] ? f.at[i] : t.at[j];
+            int64_t b = f.at[i + 1] < t.at[j + 1] ? f.at[i + 1] : t.at[j + 1];
+            if (b <= a || j == 1)
+                continue;
+            char *dst = t.base[j] + (size_t)(a - t.at[j]) * es;
+            size_t bytes = (size_t)(b - a) * es;
+            if (i == 1 && j == 0)
+                memset(dst, 0, bytes);
+            else if (i == 1)
+                LLMT_TRY(m->ops->mem_zero(m->dev, dst, bytes));
+            else
+                LLMT_TRY(copy_any(m, dst, j == 0, f.base[i] + (size_t)(a - f.at[i]) * es, i == 0,
+                                  bytes));
         }
     return LLMT_OK;
 }
@@ -274,14 +387,25 @@ int llmt_grads_place(llmt_model *m, int64_t split)
         m->grad_split = split;
         return LLMT_OK;
     }
+    /* Zero gradients (no bucket loaded) are not copied. Others are settled
+     * within the home first (which changes where values are held, never a
+     * value; a store may grow the home). */
+    const int zero = m->grads_all_zero;
+    if (!zero)
+        LLMT_TRY(settle_home(m));
+    /* The new home: the whole prefix, or on demand what the old one held
+     * below split (an end of a bucket's host part there too), all of it
+     * where device values move in, nothing for zero gradients. */
+    int64_t home = split;
+    if (m->grads_home_on_demand && zero)
+        home = 0;
+    else if (m->grads_home_on_demand && split <= m->grad_split)
+        home = home_end(m) < split ? home_end(m) : split;
     llmt_context *ctx = m->ctx;
     grad_buffers next = {0};
-    int rc = alloc_buffers(m, split, &next);
-    /* Settling changes where values are held, never a value. */
+    int rc = alloc_buffers(m, split, home, &next);
     if (!rc)
-        rc = llmt_grads_settle(m);
-    if (!rc)
-        rc = copy_values(m, &next, split);
+        rc = zero ? zero_device(m, &next) : copy_values(m, &next, split);
     if (!rc)
         rc = m->ops->synchronize(m->dev);
     grad_buffers old = {m->grads, m->host_grads, m->grad_bucket};
@@ -292,8 +416,13 @@ int llmt_grads_place(llmt_model *m, int64_t split)
     m->host_grads = next.host;
     m->grad_bucket = next.bucket;
     m->grad_split = split;
-    /* Every value was copied: each offloaded bucket's host part holds it. */
-    memset(m->host_valid, 1, (size_t)llmt_grad_bucket_count(m));
+    /* Every value was copied: each offloaded bucket's host part inside the
+     * home holds it (zero gradients: none holds one). */
+    for (int32_t b = 0; b < llmt_grad_bucket_count(m); b++) {
+        int64_t s, e, h;
+        bucket_parts(m, b, &s, &e, &h);
+        m->host_valid[b] = !zero && s < split && h <= home;
+    }
     m->loaded = -1;
     return LLMT_OK;
 }
@@ -303,9 +432,9 @@ int llmt_grads_ensure(llmt_model *m)
     if (m->grads_live)
         return LLMT_OK;
     grad_buffers g = {0};
-    int rc = alloc_buffers(m, m->grad_split, &g);
-    if (!rc && g.dev.bytes)
-        rc = m->ops->mem_zero(m->dev, g.dev.ptr, g.dev.bytes);
+    int rc = alloc_buffers(m, m->grad_split, m->grads_home_on_demand ? 0 : m->grad_split, &g);
+    if (!rc)
+        rc = zero_device(m, &g);
     if (rc) {
         buffers_free(m->ctx, &g);
         return rc;
@@ -316,12 +445,15 @@ int llmt_grads_ensure(llmt_model *m)
     memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m)); /* the host parts are zero */
     m->loaded = -1;
     m->grads_live = 1;
+    m->grads_all_zero = 1;
     return LLMT_OK;
 }
 
 int llmt_grads_io(llmt_model *m, int64_t off, int64_t n, float *buf, int to_grads)
 {
     LLMT_TRY(llmt_grads_settle(m));
+    if (to_grads)
+        m->grads_all_zero = 0;
     const size_t es = grad_es(m);
     int64_t h = off + n < m->grad_split ? off + n : m->grad_split; /* host part [off, h) */
     if (h > off) {

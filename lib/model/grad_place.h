@@ -53,6 +53,36 @@ int64_t llmt_grad_slot_elems(const llmt_model *m, int64_t split, int host_memory
 /* Elements of the whole device bucket: slots x slot elements. */
 int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memory);
 
+/* Elements of the offloaded gradients [0, split) that host memory holds
+ * (host_grads' room): all of them, or with on_demand (llmt_grads_home_on_
+ * demand, a data-parallel step) only what its stores need, the host part
+ * of a tied model's embedding bucket (bucket 0, which the LM head writes
+ * in the forward, so it is stored until the embedding's backward), none
+ * for an untied model. The planner's and the controller's figure. */
+int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split, int on_demand);
+
+/* Elements of the offloaded gradients [0, split) that rank keeps in host
+ * memory in a data-parallel step of count micro-batches over size ranks
+ * in reduce_mode (dist/shard.h): with from_slots (the engine sends them
+ * from the device bucket's slots: NCCL on a backend whose memory the host
+ * cannot read), all where it adds two micro-batches before an exchange,
+ * else on_demand (llmt_grad_home_elems's) where it runs a micro-batch,
+ * none where it runs none; without from_slots, all. */
+int64_t llmt_dp_grad_home(int64_t split, int64_t on_demand, int from_slots, int32_t reduce_mode,
+                          int32_t count, int32_t size, int32_t rank);
+
+/* Whether the offloaded gradients' host copy is kept on demand. 0 (the
+ * default): host_grads has room for the whole offloaded prefix from the
+ * gradients' allocation on (llmt_grads_ensure, llmt_grads_place). 1: for
+ * what the stores need, grown by a store to the end of the stored bucket's
+ * host part and by llmt_grads_settle to the whole prefix (each growth
+ * holds the old and new copies for its moment); set while the gradients
+ * are zero (llmt_grads_zero, before any write), it frees the home. For a
+ * step that sends every offloaded bucket from its slot (llmt_grads_sent)
+ * and stores none but a tied embedding's: llmt_optimizer_reduce_overlaps
+ * sets it. */
+int llmt_grads_home_on_demand(llmt_model *m, int on_demand);
+
 /* Placement (grad_buckets.c). Each returns a status with a message set.
  * The gradients are allocated at their first use (llmt_grads_ensure), not
  * with the model, so a placement chosen before it (an optimizer created
@@ -64,9 +94,11 @@ int llmt_grads_ensure(llmt_model *m);
 
 /* Moves the gradients to split (0: all on the device; else a multiple of
  * LLMT_SHARD_GRANULE up to num_params, LLMT_EINVAL otherwise): allocates the
- * new buffers first, copies the settled values, frees the old ones. On
- * failure (a budget refusing a buffer) nothing changes. Before the
- * gradients are allocated it only records split. */
+ * new buffers first, copies the settled values (none when every gradient
+ * is zero), frees the old ones. Kept on demand, the new host copy has room
+ * for what the old one held below split, or for all of it where values
+ * move in from the device. On failure (a budget refusing a buffer) nothing
+ * changes. Before the gradients are allocated it only records split. */
 int llmt_grads_place(llmt_model *m, int64_t split);
 
 /* *base = the device address of bucket b's first element (element off of
@@ -102,15 +134,17 @@ int llmt_grads_sent(llmt_model *m, int32_t b);
  * was aborted): no slot is marked any more. */
 void llmt_grads_sent_joined(llmt_model *m);
 
-/* Flushes, waits for every queued store and upload of host_grads, then
- * zero-fills the host part of every offloaded bucket whose host_valid is 0:
- * host_grads then holds exactly the gradients, for the host to read and
- * write until the next acquire. */
+/* Gives host_grads room for the whole offloaded prefix (where it is kept
+ * on demand), flushes, waits for every queued store and upload of
+ * host_grads, then zero-fills the host part of every offloaded bucket whose
+ * host_valid is 0: host_grads then holds exactly the gradients, for the
+ * host to read and write until the next acquire. */
 int llmt_grads_settle(llmt_model *m);
 
 /* Sets every gradient to zero: the device segment zeroed, every host part
  * marked as holding none (no host memory is written), the loaded bucket
- * dropped. */
+ * dropped. Until the next acquire or write the model knows them zero
+ * (llmt_grads_place then copies nothing). */
 int llmt_grads_zero(llmt_model *m);
 
 /* Copies the n gradients from element off between the model and the fp32

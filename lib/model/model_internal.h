@@ -106,11 +106,16 @@ struct llmt_model {
      * the default) or a multiple of LLMT_SHARD_GRANULE. Backward writes an
      * offloaded bucket (one whose start is below grad_split) in grad_bucket
      * (GRADS), which holds bucket `loaded` (-1: none) between an acquire and
-     * the next flush. host_valid[b]: bucket b's host part holds its gradient
-     * (else that part is zero and host_grads' bytes there are stale). */
+     * the next flush. host_grads has room for [0, its bytes / dtype size),
+     * the home: all of [0, grad_split), or with grads_home_on_demand what
+     * the stores have needed so far (grad_buckets.c). host_valid[b]: bucket
+     * b's host part holds its gradient in host_grads, inside the home (else
+     * that part is zero and host_grads' bytes there, if any, are stale). */
     llmt_buf grads, host_grads, grad_bucket;
     int64_t grad_split;
     int grads_live;      /* the three buffers are allocated (llmt_grads_ensure) */
+    int grads_home_on_demand; /* llmt_grads_home_on_demand */
+    int grads_all_zero;  /* every gradient is zero (llmt_grads_zero; cleared by a write) */
     uint8_t *host_valid; /* per bucket (llmt_grad_bucket_count) */
     int32_t loaded;
     /* Slots of grad_bucket (bit k: slot k) that a queued exchange may

@@ -27,6 +27,7 @@
 #define PLAN_CONFIG_V1_BYTES offsetof(llmt_plan_config, world_size)
 #define PLAN_CONFIG_V2_BYTES offsetof(llmt_plan_config, offload_parts)
 #define PLAN_CONFIG_V3_BYTES offsetof(llmt_plan_config, host_budget)
+#define PLAN_CONFIG_V4_BYTES offsetof(llmt_plan_config, reduce_mode)
 #define PLAN_V1_BYTES offsetof(llmt_plan, rank)
 #define PLAN_V2_BYTES offsetof(llmt_plan, host_peak)
 
@@ -41,11 +42,11 @@ void llmt_plan_config_init(llmt_plan_config *cfg)
 /* What the parameter table of a configuration decides: its size, the end
  * of the flat prefix whose optimizer state c offloads (by the optimizer's
  * own llmt_offload_prefix, so plan and placement agree), and with gradient
- * offload the gradient split and the device bucket's elements (by the
- * model's own grad_place.h functions, for a backend whose memory the host
- * can or cannot read). */
+ * offload the gradient split, the device bucket's elements and the host
+ * copy's elements kept on demand (by the model's own grad_place.h
+ * functions, for a backend whose memory the host can or cannot read). */
 typedef struct param_counts {
-    int64_t params, prefix, grad_split, bucket;
+    int64_t params, prefix, grad_split, bucket, home_on_demand;
 } param_counts;
 
 static int count_params(const llmt_plan_config *c, int host_memory, param_counts *out)
@@ -62,6 +63,7 @@ static int count_params(const llmt_plan_config *c, int host_memory, param_counts
         if (c->offload_parts & LLMT_OFFLOAD_GRADS) {
             out->grad_split = llmt_grad_split(out->prefix);
             out->bucket = llmt_grad_bucket_elems(&tmp, out->grad_split, host_memory);
+            out->home_on_demand = llmt_grad_home_elems(&tmp, out->grad_split, 1);
         }
     }
     free(tmp.params);
@@ -108,6 +110,10 @@ static int check_dist_fields(const llmt_plan_config *c, const char *fn)
     if (c->ordered_accumulation != 0 && c->ordered_accumulation != 1)
         return llmt_fail(LLMT_EINVAL, "%s: cfg->ordered_accumulation = %d (must be 0 or 1)", fn,
                          c->ordered_accumulation);
+    if (c->reduce_mode != LLMT_REDUCE_DETERMINISTIC && c->reduce_mode != LLMT_REDUCE_FAST)
+        return llmt_fail(LLMT_EINVAL, "%s: cfg->reduce_mode = %d is not an llmt_reduce_mode "
+                         "(LLMT_REDUCE_DETERMINISTIC %d, LLMT_REDUCE_FAST %d)", fn,
+                         c->reduce_mode, LLMT_REDUCE_DETERMINISTIC, LLMT_REDUCE_FAST);
     return LLMT_OK;
 }
 
@@ -147,6 +153,7 @@ static int upgrade_plan_config(const llmt_plan_config *in, llmt_plan_config *out
     memcpy(out, in, in->version == 1   ? PLAN_CONFIG_V1_BYTES
                     : in->version == 2 ? PLAN_CONFIG_V2_BYTES
                     : in->version == 3 ? PLAN_CONFIG_V3_BYTES
+                    : in->version == 4 ? PLAN_CONFIG_V4_BYTES
                                        : sizeof *out);
     out->version = LLMT_PLAN_CONFIG_VERSION;
     return check_plan_config(out, fn);
@@ -209,20 +216,33 @@ static int32_t plan_rank(const llmt_plan_config *c, size_t elem, int64_t params,
     return best;
 }
 
-/* The most host bytes any of the world_size ranks holds, for params
- * parameters of elem bytes with the state of [0, prefix) offloaded, and
- * grad_host bytes of offloaded gradients, which every rank holds alike (its
- * whole gradient's prefix). */
-static uint64_t most_rank_host(int precision, size_t elem, int64_t params, int64_t prefix,
-                               int host_memory, int32_t world_size, uint64_t grad_host)
+/* Elements of the offloaded gradients rank keeps in host memory (every
+ * rank holds the whole model's gradients; llmt_dp_grad_home): on a backend
+ * whose memory the host cannot read the engine is NCCL's, which sends them
+ * from the device bucket. */
+static int64_t rank_grad_home(const llmt_plan_config *c, const param_counts *n,
+                              int host_memory, int32_t rank)
+{
+    const int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
+    const int32_t count = (batch + c->micro_batch - 1) / c->micro_batch;
+    return llmt_dp_grad_home(n->grad_split, n->home_on_demand, !host_memory, c->reduce_mode,
+                             count, c->world_size, rank);
+}
+
+/* The most host bytes any of c's ranks holds, for parameters of elem
+ * bytes: its shard's offloaded state and its offloaded gradients. */
+static uint64_t most_rank_host(const llmt_plan_config *c, const param_counts *n, size_t elem,
+                               int host_memory)
 {
     uint64_t most = 0;
-    for (int32_t r = 0; r < world_size; r++) {
+    for (int32_t r = 0; r < c->world_size; r++) {
         shard_bytes s;
-        rank_shard_bytes(precision, elem, params, prefix, host_memory, world_size, r, &s);
-        most = s.host > most ? s.host : most;
+        rank_shard_bytes(c->model.precision, elem, n->params, n->prefix, host_memory,
+                         c->world_size, r, &s);
+        uint64_t host = s.host + (uint64_t)rank_grad_home(c, n, host_memory, r) * elem;
+        most = host > most ? host : most;
     }
-    return most + grad_host;
+    return most;
 }
 
 /* The plan of a checked configuration, for a backend's op table (only its
@@ -264,10 +284,10 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
         out->rank = plan_rank(c, e, params, split, ops->host_memory, &shard);
     else if (c->with_optimizer)
         state_bytes(c->model.precision, e, split, ops->host_memory, &shard);
-    /* Gradient offload: [0, grad_split) on the host, the rest and one
-     * bucket on the device (grad_split and bucket are 0 without it), on
-     * every rank alike with a communicator (each holds the whole model's
-     * gradients). Without a communicator, an ordered slicer sums
+    /* Gradient offload: [0, grad_split) on the host (with a communicator
+     * rank_grad_home's part of it), the rest and one bucket on the device
+     * (grad_split and bucket are 0 without it). Without a communicator, an
+     * ordered slicer sums
      * each micro-batch's gradient into one more buffer, fp32 in every
      * mode, split as the gradients are (ordered_sum.h), when the batch has
      * more than one. */
@@ -275,7 +295,10 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     uint64_t sum_device = 0, sum_host = 0;
     if (c->world_size == 0 && c->ordered_accumulation && batch > c->micro_batch)
         llmt_ordered_sum_bytes(params, n.grad_split, &sum_device, &sum_host);
-    uint64_t host_state = shard.host + (uint64_t)n.grad_split * e + sum_host;
+    const int64_t grad_home = c->world_size > 0 ? rank_grad_home(c, &n, ops->host_memory,
+                                                                 out->rank)
+                                                : n.grad_split;
+    uint64_t host_state = shard.host + (uint64_t)grad_home * e + sum_host;
     memset(out->bytes, 0, sizeof out->bytes);
     out->bytes[LLMT_MEM_PARAMS] = (uint64_t)params * e;
     out->bytes[LLMT_MEM_GRADS] = (uint64_t)(params - n.grad_split + n.bucket) * e + sum_device +
@@ -295,9 +318,7 @@ static int plan(const llmt_backend_ops *ops, int num_threads, const llmt_plan_co
     out->num_params = params;
     if (most_host)
         *most_host = c->host_budget && c->world_size > 0 && c->rank < 0
-                         ? most_rank_host(c->model.precision, e, params, split,
-                                          ops->host_memory, c->world_size,
-                                          (uint64_t)n.grad_split * e)
+                         ? most_rank_host(c, &n, e, ops->host_memory)
                          : host_state;
     return LLMT_OK;
 }

@@ -132,8 +132,12 @@ int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present);
  * the model's device buffer or the gradient bucket has two slots (one
  * sent from while backward writes the other); places and allocates the
  * gradients as llmt_optimizer_reduce_round would. The same on every rank
- * when their engines and placements are. */
-int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps);
+ * when their engines and placements are. With one_micro (this rank adds
+ * no two micro-batches before an exchange, llmt_one_micro_per_exchange)
+ * and two slots, the offloaded gradients' host copy is kept on demand
+ * (llmt_grads_home_on_demand), set before they are allocated: every
+ * offloaded bucket is sent from its slot. */
+int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int one_micro, int *overlaps);
 
 /* llmt_optimizer_reduce_round's work for the gradients of one bucket
  * (llmt_grad_bucket_range), queued on the engine: the model's bucket_final

@@ -284,12 +284,14 @@ int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present)
     return reduce_range(o, m->grad_split, m->num_params, m->grads.ptr, present, 0);
 }
 
-int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int *overlaps)
+int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int one_micro, int *overlaps)
 {
     *overlaps = 0;
     if (!o->comm->alltoallv_add)
         return LLMT_OK;
     llmt_model *m = o->model;
+    LLMT_TRY(llmt_grads_home_on_demand(
+        m, one_micro && llmt_grad_bucket_slots(m->ops->host_memory) > 1));
     LLMT_TRY(llmt_offload_place_grads(o));
     LLMT_TRY(llmt_grads_ensure(m));
     /* Offloaded buckets are sent from their slots: one slot's exchange

@@ -22,6 +22,7 @@
 
 #include "core/context_internal.h"
 #include "core/error.h"
+#include "model/grad_place.h"
 #include "model/slicer_internal.h"
 #include "optim/optim_internal.h"
 #include "train/trainer_internal.h"
@@ -49,12 +50,16 @@ static int place(llmt_trainer *tr, int64_t k)
 /* Frees what a notch lays out for its steps, the activation arena and
  * the ordered sum, before a move: the optimizer's state has the room to
  * move, and the next step's peak measures the new layout alone (the next
- * batch lays both out again). */
+ * batch lays both out again). The model's gradients, which every step
+ * zeroes before its first backward, are zeroed now where allocated: a
+ * move copies none of them, and keeps no host copy a data-parallel step
+ * would not (llmt_grads_place). */
 static int free_step_layout(llmt_trainer *tr)
 {
-    LLMT_TRY(llmt_model_release_activations(tr->parts.model));
+    llmt_model *m = tr->parts.model;
+    LLMT_TRY(llmt_model_release_activations(m));
     llmt_slicer_release_sum(tr->parts.slicer);
-    return LLMT_OK;
+    return m->grads_live ? llmt_grads_zero(m) : LLMT_OK;
 }
 
 /* Moves to notch k: frees the old notch's step layout first, then places

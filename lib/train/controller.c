@@ -148,11 +148,27 @@ int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
     return rc;
 }
 
+/* The host gradients [0, gs) a step keeps (llmt_dp_grad_home in data
+ * parallel over an engine that sends them from the device bucket: the
+ * most of any notch's micro-batch, 1 row giving the most micro-batches a
+ * rank). */
+static int64_t grad_home(const llmt_controller *c, int64_t gs)
+{
+    const llmt_optimizer *o = c->opt;
+    const llmt_model *m = o->model;
+    if (!o->comm || !o->comm->alltoallv_add)
+        return gs;
+    return llmt_dp_grad_home(gs, llmt_grad_home_elems(m, gs, 1),
+                             llmt_grad_bucket_slots(m->ops->host_memory) > 1, o->reduce_mode,
+                             c->batch, llmt_comm_size(o->comm), llmt_comm_rank(o->comm));
+}
+
 /* Host bytes of what the controller places with offload_layers
  * offloaded, as the optimizer, the model and the slicer allocate them
  * (HOST_STATE): the optimizer's host segment [first, split) with its
  * staging, and, when the rung offloads gradients, the host gradients
- * [0, gradient split) and (with_sum) an ordered slicer's sum of them. */
+ * (grad_home of [0, gradient split)) and (with_sum) an ordered slicer's
+ * sum of them. */
 static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layers, int with_sum)
 {
     const llmt_optimizer *o = c->opt;
@@ -163,7 +179,7 @@ static uint64_t host_state_bytes(const llmt_controller *c, int32_t offload_layer
     const int64_t gs = notch_grad_split(c, offload_layers);
     uint64_t bytes = 2 * (uint64_t)moment + master +
                      llmt_offload_staging_bytes(m->ops->host_memory, split - o->first, w) +
-                     (uint64_t)gs * w;
+                     (uint64_t)grad_home(c, gs) * w;
     /* An ordered slicer's sum keeps the gradients' host segment too at a
      * notch of several micro-batches: counted at every rung, as at the
      * smaller micro-batches that keep the cap's placement (one more than

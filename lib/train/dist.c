@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "core/error.h"
+#include "dist/shard.h"
 #include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "optim/optim_internal.h"
@@ -134,9 +135,13 @@ static int fast_window(llmt_trainer *tr, const split *sp, int overlap, double sc
 {
     llmt_optimizer *o = tr->parts.optimizer;
     const int32_t n = llmt_comm_size(o->comm), me = llmt_comm_rank(o->comm);
-    const int32_t first = sp->count * me / n, end = sp->count * (me + 1) / n;
-    for (int32_t r = 0; r < n; r++)
-        present[r] = sp->count * (r + 1) / n > sp->count * r / n;
+    int32_t first = 0, end = 0;
+    llmt_fast_window(sp->count, n, me, &first, &end);
+    for (int32_t r = 0; r < n; r++) {
+        int32_t a = 0, b = 0;
+        llmt_fast_window(sp->count, n, r, &a, &b);
+        present[r] = b > a;
+    }
     int rc = llmt_model_zero_grads(tr->parts.model);
     for (int32_t g = first; !rc && g < end - (overlap ? 1 : 0); g++)
         rc = run_micro(tr, sp, g, scale, loss_bits);
@@ -173,7 +178,10 @@ int llmt_trainer_dist_forward_backward(llmt_trainer *tr, double scale, double *l
         rc = llmt_optimizer_reduce_begin(o);
     int overlap = 0;
     if (!rc)
-        rc = llmt_optimizer_reduce_overlaps(o, &overlap);
+        rc = llmt_optimizer_reduce_overlaps(
+            o, llmt_one_micro_per_exchange(o->reduce_mode, sp.count, llmt_comm_size(o->comm),
+                                           llmt_comm_rank(o->comm)),
+            &overlap);
     /* Every rank's local work before the first collective of the step is
      * agreed, then the step's shape: the same micro-batch, recompute and
      * overlap on every rank, or the micro-batches (and the engine's calls)

@@ -231,7 +231,11 @@ static int forward_backward(llmt_trainer *tr, double scale, double *loss, int32_
     const llmt_trainer_parts *p = &tr->parts;
     const int32_t B = tr->cfg.batch_size, T = tr->cfg.seq_len;
     for (*retries = 0;; (*retries)++) {
-        LLMT_TRY(llmt_model_zero_grads(p->model));
+        /* A data-parallel step zeroes them itself, after it has chosen how
+         * their host copy is kept (dist.c): zeroing first would allocate
+         * the whole of it. */
+        if (!p->optimizer->comm)
+            LLMT_TRY(llmt_model_zero_grads(p->model));
         /* In a data-parallel run every rank learns that one ran out of
          * memory, and all escalate alike (the same plan on each). */
         int failed = LLMT_OK;

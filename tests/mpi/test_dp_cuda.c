@@ -533,6 +533,47 @@ static int deferring_join(void *user)
  * from host memory; after the overlapped run no offloaded bucket's host
  * part holds a gradient (each was sent from its slot, none stored after
  * its last write). */
+/* What an overlapped bf16_mixed run of test_overlap keeps in host memory
+ * (mode: its reduce mode; parts: its offload of every layer): the
+ * offloaded gradients' host copy is none where this rank adds one
+ * micro-batch at a time (each offloaded bucket sent from its slot), the
+ * embedding's bucket (VOCAB x 32 elements) of a tied model (the LM head
+ * writes it in the forward, so it is stored once), all of them where a
+ * fast window holds two micro-batches; and the context's host bytes are
+ * llmt_plan_compute's for this rank, to the byte. */
+static void expect_grad_home(const run *r, int mode, int32_t parts, const char *what)
+{
+    const llmt_model *m = r->model;
+    const int32_t count = (B + micro - 1) / micro;
+    const int32_t window = count * (rank + 1) / size - count * rank / size;
+    int64_t elems = 0;
+    if (parts && mode == LLMT_REDUCE_FAST && window >= 2)
+        elems = m->grad_split;
+    else if (parts && tied)
+        elems = m->grad_split < VOCAB * 32 ? m->grad_split : VOCAB * 32;
+    EXPECT(m->host_grads.bytes == (size_t)elems * 2, "%s: rank %d (%d micro-batches of %d) keeps "
+           "%zu bytes of offloaded gradients in host memory, not %lld", what, rank,
+           mode == LLMT_REDUCE_FAST ? window : 1, count, m->host_grads.bytes,
+           (long long)elems * 2);
+    llmt_plan_config pc = LLMT_PLAN_CONFIG_INIT;
+    dp_model_config(&pc.model, LLMT_PRECISION_BF16_MIXED);
+    pc.micro_batch = micro;
+    pc.seq_len = T;
+    pc.world_size = size;
+    pc.rank = rank;
+    pc.batch_size = B;
+    pc.offload_parts = parts;
+    pc.reduce_mode = mode;
+    llmt_plan plan = LLMT_PLAN_INIT;
+    must(llmt_plan_compute(r->ctx, &pc, &plan), "plan");
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    EXPECT(plan.host_peak == ms.current[LLMT_MEM_HOST_STATE], "%s: rank %d holds %llu host "
+           "bytes, the plan says %llu", what, rank,
+           (unsigned long long)ms.current[LLMT_MEM_HOST_STATE],
+           (unsigned long long)plan.host_peak);
+}
+
 static void test_overlap(const char *dir, llmt_comm *comm)
 {
     EXPECT(comm->alltoallv_add && comm->join, "the NCCL engine has no overlapped reduction");
@@ -578,6 +619,7 @@ static void test_overlap(const char *dir, llmt_comm *comm)
                    "values after the step (stored or settled, not sent from its slot)", what,
                    (int)b);
         }
+        expect_grad_home(&overlapped, mode, parts, what);
         EXPECT(same_weights(&overlapped, &plain), "%s: the weights differ from the exchange "
                "after backward", what);
         EXPECT(same_state(&overlapped, &plain), "%s: the optimizer state differs from the "

@@ -14,7 +14,8 @@
 # with fewer layers; --offload grads alone is a usage error; with --world,
 # each rank offloads the part of its range below the prefix (checked by
 # hand) and with optimizer+grads every rank the gradients of the whole
-# prefix's granules (named);
+# prefix's granules (named), which on CUDA a rank adding one micro-batch at
+# a time (--reduce) keeps none of in host memory but a tied embedding's;
 # --host-budget (or the config's memory.host_budget) keeps the fit's offload
 # to what the host holds, and is a usage error without --budget or offload.
 # Usage: test_llmt_plan.sh PATH_TO_LLMT_PLAN CUDA_PLUGIN_BUILT(ON|OFF) SOURCE_DIR
@@ -82,6 +83,9 @@ usage_error "--world 1e3" -- --preset small --world 1e3
 usage_error "--rank 2" "needs --world" -- --preset small --rank 2
 usage_error "--rank 8" "--world 8" -- --preset small --world 8 --rank 8
 usage_error "--rank -1" -- --preset small --world 8 --rank -1
+usage_error "--reduce fast" "needs --world N" -- --preset small --reduce fast
+usage_error "--reduce slow" "not a reduce mode (deterministic or fast)" -- \
+    --preset small --world 2 --reduce slow
 usage_error "--offload grads" "needs the optimizer" "optimizer+grads" -- \
     --preset small --offload grads
 usage_error "--offload Optimizer" -- --preset small --offload Optimizer
@@ -418,6 +422,32 @@ if [ "$cuda" = ON ]; then
         printf "%.2f %.2f", 2 * (p - gs + 2 * slot) / g, (12 * p + 2 * 2 * 2 * s + 2 * gs) / g }')
     [ "$(row bf16_mixed none | awk '{ print $4, $9 }')" = "$want" ] ||
         fail "cuda --offload optimizer+grads: grads, host not $want: $(row bf16_mixed none)"
+    # With --world, a rank that adds one micro-batch at a time (deterministic,
+    # or fast with one micro-batch a rank) sends the offloaded gradients from
+    # the device bucket and keeps none of small's (untied) in host memory:
+    # its host column is the state's alone (--offload optimizer's).
+    run --preset small --seq 256 --backend cuda --precision bf16_mixed --world 2 \
+        --offload optimizer
+    state=$(row bf16_mixed none | awk '{ print $9 }')
+    for mode in deterministic fast; do
+        run --preset small --seq 256 --backend cuda --precision bf16_mixed --world 2 \
+            --offload optimizer+grads --reduce $mode
+        [ "$status" = 0 ] || fail "cuda --world 2 --reduce $mode: exit $status: $(cat "$tmp/err")"
+        line="offloaded on every rank: the gradients of [0, $sg) ($sg), sent to their owners from the device's bucket as backward ends each layer; in host memory on rank 1: 0 of them"
+        grep -qxF "$line" "$tmp/out" && [ "$(row bf16_mixed none | awk '{ print $9 }')" = "$state" ] ||
+            fail "cuda --world 2 --reduce $mode: not '$line' and host $state: $(cat "$tmp/out")"
+    done
+    # 100m.yaml (tied; 4 micro-batches of 8 for 2 ranks): deterministic
+    # keeps the embedding's bucket (48000 x 512, stored in the forward), fast
+    # (two micro-batches a rank) every offloaded gradient.
+    run --config "$src/examples/configs/100m.yaml" --backend cuda --precision bf16_mixed \
+        --world 2 --offload optimizer+grads
+    grep -qF "in host memory on rank 1: 24576000 of them (a tied embedding's" "$tmp/out" ||
+        fail "cuda 100m.yaml --world 2 deterministic: $(sed -n 4p "$tmp/out")"
+    run --config "$src/examples/configs/100m.yaml" --backend cuda --precision bf16_mixed \
+        --world 2 --offload optimizer+grads --reduce fast
+    grep -q "^offloaded on every rank: the gradients of \[0, [0-9]*) ([0-9]*) in host memory" \
+        "$tmp/out" || fail "cuda 100m.yaml --world 2 fast: $(sed -n 4p "$tmp/out")"
 else
     [ "$status" = 1 ] || fail "--backend cuda without the plugin: exit $status, not 1"
     grep -q "has none (configure with -DLLMT_CUDA=ON)" "$tmp/err" ||

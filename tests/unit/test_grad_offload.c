@@ -5,7 +5,8 @@
  * two segments and the bucket; zeroing, reading and writing work across the
  * split; placements move values and refusals change nothing; the ordered
  * slicer sums across the split to the same bits; a bucket sent from its
- * slot reads as zero and holds its slot until the engine is joined. */
+ * slot reads as zero and holds its slot until the engine is joined; the
+ * host copy kept on demand grows only as the stores need it. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -330,6 +331,97 @@ static void test_sent_bucket_and_its_slot(void **state)
     llmt_context_free(ctx);
 }
 
+/* Writes pattern(i) + 0.5 (no zero) into bucket b through its slot, and
+ * into want; stores it (the flush). */
+static void write_bucket(llmt_model *m, int32_t b, float *want)
+{
+    int64_t s = 0, e = 0;
+    llmt_grad_bucket_range(m, b, &s, &e);
+    char *base = NULL;
+    assert_int_equal(llmt_grads_acquire(m, b, &base), LLMT_OK);
+    for (int64_t i = s; i < e; i++) {
+        want[i] = pattern(i) + 0.5f;
+        memcpy(base + (size_t)(i - s) * sizeof(float), &want[i], sizeof(float));
+    }
+    assert_int_equal(llmt_grads_flush(m), LLMT_OK);
+}
+
+/* Fails unless the host copy has room for `elems` gradients (fp32), all of
+ * the context's HOST_STATE. */
+static void assert_home(const llmt_context *ctx, const llmt_model *m, int64_t elems,
+                        const char *what)
+{
+    if (m->host_grads.bytes != (size_t)elems * 4 ||
+        stats_of(ctx).current[LLMT_MEM_HOST_STATE] != (uint64_t)elems * 4)
+        fail_msg("%s: the host copy holds %zu bytes (HOST_STATE %llu), not %lld", what,
+                 m->host_grads.bytes,
+                 (unsigned long long)stats_of(ctx).current[LLMT_MEM_HOST_STATE],
+                 (long long)elems * 4);
+}
+
+/* The host copy kept on demand (llmt_grads_home_on_demand, as a
+ * data-parallel step that sends the offloaded buckets from their slots
+ * keeps it): allocated with no room; a store makes room up to the end of
+ * the stored bucket's host part and no further; a move to a smaller split
+ * keeps the room within it, to a larger one makes room for the values
+ * moving in from the device; every value written survives (read back
+ * against what was written); set while the gradients are zero it frees the
+ * room (a bucket then loads as zeros, even after a read marked them
+ * valid); zero gradients move with none, and a read (a settle) makes room
+ * for the whole prefix. */
+static void test_home_on_demand(void **state)
+{
+    (void)state;
+    llmt_context *ctx = test_context(2, 3);
+    llmt_model *m = model_new(ctx, LLMT_PRECISION_FP32, 0);
+    const int64_t split = split_of(m, LLMT_OFFLOAD_ALL_LAYERS), n = llmt_model_num_params(m);
+    const int64_t small = split_of(m, 1);
+    int64_t s = 0, e0 = 0, e1 = 0;
+    llmt_grad_bucket_range(m, 0, &s, &e0);
+    llmt_grad_bucket_range(m, 1, &s, &e1);
+    assert_true(e0 < small && small < e1 && e1 < split); /* layer 0 straddles `small` */
+    float *want = calloc((size_t)n, sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
+    assert_int_equal(llmt_grads_home_on_demand(m, 1), LLMT_OK);
+    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+    assert_home(ctx, m, 0, "allocated");
+    write_bucket(m, 0, want);
+    assert_home(ctx, m, e0, "the embedding stored");
+    assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
+    assert_home(ctx, m, e0, "moved to a smaller split");
+    write_bucket(m, 1, want);
+    assert_home(ctx, m, small, "layer 0 stored, across the split");
+    assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
+    assert_home(ctx, m, split, "moved to a larger split");
+    assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("element %lld: %g, not %g", (long long)i, got[i], want[i]);
+    /* Zeroed and read (the settle marks the zeros valid), then set on
+     * demand: no room, and a load of the embedding's bucket gives zeros. */
+    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+    assert_grads_zero(m, 1, "zeroed");
+    assert_int_equal(llmt_grads_home_on_demand(m, 1), LLMT_OK);
+    assert_home(ctx, m, 0, "zeroed, then kept on demand");
+    char *base = NULL;
+    assert_int_equal(llmt_grads_acquire(m, 0, &base), LLMT_OK);
+    for (int64_t i = 0; i < e0; i++)
+        if (((const float *)base)[i] != 0.0f)
+            fail_msg("the embedding's bucket loaded after the room was freed: element %lld is "
+                     "%g", (long long)i, ((const float *)base)[i]);
+    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+    assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
+    assert_home(ctx, m, 0, "zero gradients moved");
+    assert_grads_zero(m, 1, "zero gradients moved");
+    assert_home(ctx, m, small, "read");
+    free(want);
+    free(got);
+    llmt_model_free(m);
+    llmt_context_free(ctx);
+}
+
 /* The bytes of value v in a precision's gradient dtype, decoded by hand:
  * fp32 itself, bf16 its upper half (exact values), f16 through the half
  * conversion. */
@@ -522,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_refused_place_changes_nothing),
         cmocka_unit_test(test_ordered_slicer_with_offload),
         cmocka_unit_test(test_sent_bucket_and_its_slot),
+        cmocka_unit_test(test_home_on_demand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

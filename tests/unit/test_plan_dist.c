@@ -380,9 +380,16 @@ static void test_errors_named(void **state)
     pc.batch_size = 0;
     pc.ordered_accumulation = 2;
     expect_error(pc, LLMT_EINVAL, "cfg->ordered_accumulation = 2");
+    pc = tiny(fp32, 2, -1);
+    pc.reduce_mode = 2;
+    expect_error(pc, LLMT_EINVAL, "cfg->reduce_mode = 2 is not an llmt_reduce_mode");
+    /* A version 4 struct ends before reduce_mode: what follows is not read. */
+    pc.version = 4;
+    llmt_plan p4 = LLMT_PLAN_INIT;
+    assert_int_equal(llmt_plan_compute_backend(LLMT_BACKEND_CPU, 1, &pc, &p4), LLMT_OK);
     pc = tiny(fp32, 0, -1);
-    pc.version = 5;
-    expect_error(pc, LLMT_EVERSION, "cfg->version = 5, this library knows 1..4");
+    pc.version = 6;
+    expect_error(pc, LLMT_EVERSION, "cfg->version = 6, this library knows 1..5");
     pc.version = 0;
     expect_error(pc, LLMT_EVERSION, "cfg->version = 0");
     pc = tiny(fp32, 0, -1);

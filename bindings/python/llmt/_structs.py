@@ -156,13 +156,13 @@ class llmt_update_report(Structure):
 # ---- plan.h
 
 class llmt_plan_config(Structure):
-    VERSION = 4
+    VERSION = 5
     _fields_ = [("version", c_uint32), ("model", llmt_model_config), ("recompute", c_int32),
                 ("layer_recompute", POINTER(c_int32)), ("micro_batch", c_int32),
                 ("seq_len", c_int32), ("with_optimizer", c_int32), ("world_size", c_int32),
                 ("rank", c_int32), ("batch_size", c_int32), ("ordered_accumulation", c_int32),
                 ("offload_parts", c_int32), ("offload_layers", c_int32),
-                ("host_budget", c_uint64)]
+                ("host_budget", c_uint64), ("reduce_mode", c_int32)]
 
 
 class llmt_plan(Structure):

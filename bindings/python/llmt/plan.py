@@ -4,11 +4,11 @@ import ctypes
 from dataclasses import dataclass
 
 from . import _structs as S
-from ._convert import fill_struct, init_struct, recompute_policy
+from ._convert import enum, fill_struct, init_struct, recompute_policy
 from ._lib import lib
 from .context import category_dict
 from .model import model_config
-from .optim import offload_parts
+from .optim import REDUCE_MODES, offload_parts
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ def _plan_config(model, layer_recompute, config):
     fill_struct(cfg, config, "plan", {"recompute": recompute_policy, "with_optimizer": int,
                                       "ordered_accumulation": int,
                                       "offload_parts": lambda v: offload_parts(
-                                          v, "offload_parts")})
+                                          v, "offload_parts"),
+                                      "reduce_mode": lambda v: enum(v, REDUCE_MODES,
+                                                                    "reduce_mode")})
     keep = None
     if layer_recompute is not None:
         keep = (ctypes.c_int32 * len(layer_recompute))(
@@ -54,8 +56,10 @@ def plan(context, model=None, layer_recompute=None, **config):
     ordered_accumulation (counted without world_size only), and for the
     optimizer's state in host memory offload_parts ("none", "optimizer" or
     "optimizer+grads": its gradients too) and offload_layers (-1: all; K:
-    the embedding and layers 0..K-1), and for the fits host_budget (bytes
-    the offloaded state may take; 0: none).
+    the embedding and layers 0..K-1), and with world_size the trainer's
+    reduce_mode ("deterministic", the default, or "fast": on CUDA it decides
+    which offloaded gradients a rank keeps in host memory), and for the fits
+    host_budget (bytes the offloaded state may take; 0: none).
     Returns a Plan.
     """
     cfg, _keep = _plan_config(model, layer_recompute, config)

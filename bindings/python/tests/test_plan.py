@@ -84,6 +84,13 @@ def test_plan_per_rank(ctx):
     assert ordered.bytes["grads"] == 2 * 4 * n
     with pytest.raises(llmt.InvalidArgument, match=r"cfg->rank = 4 \(must be -1"):
         llmt.plan(ctx, world_size=4, rank=4, **args)
+    # reduce_mode reaches the library (on the CPU the host keeps every
+    # offloaded gradient in both modes: the same plan).
+    assert llmt.plan(ctx, world_size=4, reduce_mode="fast", **args) == p
+    with pytest.raises(llmt.InvalidArgument, match=r"cfg->reduce_mode = 7 is not an llmt_reduce"):
+        llmt.plan(ctx, world_size=4, reduce_mode=7, **args)
+    with pytest.raises(ValueError, match="reduce_mode: 'slow' is not one of deterministic, fast"):
+        llmt.plan(ctx, world_size=4, reduce_mode="slow", **args)
 
 
 def test_plan_with_optimizer_offload(ctx):
