@@ -83,6 +83,12 @@ class DpRun:
     def close(self):
         self.ctx.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 def state_of(run):
     """Every weight and optimizer state tensor, by (kind, name); get_state is
@@ -121,19 +127,14 @@ def test_sharded_training_over_python_callbacks_matches_one_ordered_process(tmp_
     of a plain optimizer with an ordered slicer."""
     pattern = write_stream(tmp_path)
     engine = LocalEngine()
-    comm = llmt.Comm(engine)
-    dp, ref = DpRun(pattern, "bf16_mixed", comm), DpRun(pattern, "bf16_mixed")
-    try:
+    with llmt.Comm(engine) as comm, DpRun(pattern, "bf16_mixed", comm) as dp, \
+            DpRun(pattern, "bf16_mixed") as ref:
         assert dp.opt.shard == (0, dp.model.num_params)
         assert ref.opt.shard == (0, ref.model.num_params)
         losses, ref_losses = dp.train(4), ref.train(4)
         assert engine.calls["alltoallv"] >= 4 and engine.calls["allgatherv_in_place"] >= 4
         assert losses == ref_losses
         assert_bitwise(state_of(dp), state_of(ref), "one sharded rank vs one process")
-    finally:
-        dp.close()
-        ref.close()
-        comm.close()
 
 
 def test_sharded_gradient_offload_over_python_callbacks_matches_one_process(tmp_path):
@@ -144,10 +145,9 @@ def test_sharded_gradient_offload_over_python_callbacks_matches_one_process(tmp_
     4096-element granule): the bits of a plain optimizer with an ordered
     slicer."""
     pattern = write_stream(tmp_path)
-    comm = llmt.Comm(LocalEngine())
-    dp = DpRun(pattern, "bf16_mixed", comm, offload_parts="optimizer+grads", offload_layers=1)
-    ref = DpRun(pattern, "bf16_mixed")
-    try:
+    with llmt.Comm(LocalEngine()) as comm, \
+            DpRun(pattern, "bf16_mixed", comm, offload_parts="optimizer+grads",
+                  offload_layers=1) as dp, DpRun(pattern, "bf16_mixed") as ref:
         assert dp.opt.offload == ("optimizer+grads", 1)
         losses, ref_losses = dp.train(2), ref.train(2)
         dp.opt.set_offload("optimizer+grads")
@@ -157,10 +157,6 @@ def test_sharded_gradient_offload_over_python_callbacks_matches_one_process(tmp_
         ref_losses += ref.train(2)
         assert losses == ref_losses
         assert_bitwise(state_of(dp), state_of(ref), "one sharded rank, offloaded, vs one process")
-    finally:
-        dp.close()
-        ref.close()
-        comm.close()
 
 
 def test_the_callbacks_live_as_long_as_what_uses_them(tmp_path):
