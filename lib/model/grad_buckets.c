@@ -451,17 +451,22 @@ int llmt_grads_ensure(llmt_model *m)
 
 int llmt_grads_io(llmt_model *m, int64_t off, int64_t n, float *buf, int to_grads)
 {
-    LLMT_TRY(llmt_grads_settle(m));
+    /* A write needs room for the whole prefix; a read only what the room
+     * holds, the host parts past it being zero. */
+    LLMT_TRY(llmt_grads_ensure(m));
+    LLMT_TRY(to_grads ? llmt_grads_settle(m) : settle_home(m));
     if (to_grads)
         m->grads_all_zero = 0;
     const size_t es = grad_es(m);
     int64_t h = off + n < m->grad_split ? off + n : m->grad_split; /* host part [off, h) */
-    if (h > off) {
-        char *at = (char *)m->host_grads.ptr + (size_t)off * es;
-        if (to_grads)
-            llmt_transfer_narrow(at, m->dt, buf, h - off);
-        else
-            llmt_transfer_widen(buf, at, m->dt, h - off);
+    int64_t r = h < home_end(m) ? h : home_end(m);                 /* [off, r) in the room */
+    if (h > off && to_grads)
+        llmt_transfer_narrow((char *)m->host_grads.ptr + (size_t)off * es, m->dt, buf, h - off);
+    else if (h > off) {
+        if (r > off)
+            llmt_transfer_widen(buf, (char *)m->host_grads.ptr + (size_t)off * es, m->dt, r - off);
+        for (int64_t i = r > off ? r : off; i < h; i++)
+            buf[i - off] = 0.0f;
     }
     int64_t d = h > off ? h : off; /* device part [d, off + n) */
     if (off + n <= d)

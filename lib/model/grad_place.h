@@ -75,7 +75,8 @@ int64_t llmt_dp_grad_home(int64_t split, int64_t on_demand, int from_slots, int3
  * default): host_grads has room for the whole offloaded prefix from the
  * gradients' allocation on (llmt_grads_ensure, llmt_grads_place). 1: for
  * what the stores need, grown by a store to the end of the stored bucket's
- * host part and by llmt_grads_settle to the whole prefix (each growth
+ * host part and by llmt_grads_settle (and so a write of llmt_grads_io, but
+ * not a read) to the whole prefix (each growth
  * holds the old and new copies for its moment); set while the gradients
  * are zero (llmt_grads_zero, before any write), it frees the home. For a
  * step that sends every offloaded bucket from its slot (llmt_grads_sent)
@@ -149,7 +150,9 @@ int llmt_grads_zero(llmt_model *m);
 
 /* Copies the n gradients from element off between the model and the fp32
  * buffer buf (to_grads: buf -> gradients, rounded to nearest even), across
- * both segments, after settling. */
+ * both segments, after settling: a write settles the whole prefix
+ * (llmt_grads_settle), a read only the host copy's room (kept on demand,
+ * what lies past it reads as zero without room made for it). */
 int llmt_grads_io(llmt_model *m, int64_t off, int64_t n, float *buf, int to_grads);
 
 #endif

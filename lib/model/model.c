@@ -291,8 +291,9 @@ static int grad_tensor_io(llmt_model *m, const char *fn, const char *name, float
 
 int llmt_model_get_grad(const llmt_model *m, const char *name, float *out, size_t count)
 {
-    /* Reading settles the gradients (llmt_grads_settle), which changes where
-     * values are held but never a value; the model is never a const object. */
+    /* Reading settles the gradients (within the host copy's room,
+     * llmt_grads_io), which changes where values are held but never a
+     * value; the model is never a const object. */
     return grad_tensor_io((llmt_model *)m, "llmt_model_get_grad", name, out, count, 0);
 }
 

@@ -367,8 +367,8 @@ static void assert_home(const llmt_context *ctx, const llmt_model *m, int64_t el
  * moving in from the device; every value written survives (read back
  * against what was written); set while the gradients are zero it frees the
  * room (a bucket then loads as zeros, even after a read marked them
- * valid); zero gradients move with none, and a read (a settle) makes room
- * for the whole prefix. */
+ * valid); zero gradients move with none; a read makes no room (what lies
+ * past the room reads as zero), a write room for the whole prefix. */
 static void test_home_on_demand(void **state)
 {
     (void)state;
@@ -389,6 +389,12 @@ static void test_home_on_demand(void **state)
     assert_home(ctx, m, 0, "allocated");
     write_bucket(m, 0, want);
     assert_home(ctx, m, e0, "the embedding stored");
+    assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("read with the embedding's room: element %lld: %g, not %g", (long long)i,
+                     got[i], want[i]);
+    assert_home(ctx, m, e0, "the embedding stored, then read");
     assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
     assert_home(ctx, m, e0, "moved to a smaller split");
     write_bucket(m, 1, want);
@@ -415,7 +421,9 @@ static void test_home_on_demand(void **state)
     assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
     assert_home(ctx, m, 0, "zero gradients moved");
     assert_grads_zero(m, 1, "zero gradients moved");
-    assert_home(ctx, m, small, "read");
+    assert_home(ctx, m, 0, "zero gradients moved, then read");
+    assert_int_equal(llmt_grads_io(m, 0, n, want, 1), LLMT_OK);
+    assert_home(ctx, m, small, "written");
     free(want);
     free(got);
     llmt_model_free(m);
