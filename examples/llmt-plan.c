@@ -235,8 +235,8 @@ static int print_world(int32_t backend, int32_t threads, const llmt_plan_config 
     /* The gradients' host bytes: what the state alone does not hold; the
      * offloaded ones: the same in one process, which keeps them all. */
     llmt_plan s = LLMT_PLAN_INIT, one = LLMT_PLAN_INIT, one_s = LLMT_PLAN_INIT;
-    llmt_plan_config single = *pc;
-    single.world_size = 0, single.rank = -1;
+    llmt_plan_config single = *pc; /* one process, no ordered sum beside the gradients */
+    single.world_size = 0, single.rank = -1, single.ordered_accumulation = 0;
     if (plan_rank_with(backend, threads, pc, LLMT_OFFLOAD_OPTIMIZER, p.rank, &s) ||
         plan_rank_with(backend, threads, &single, pc->offload_parts, -1, &one) ||
         plan_rank_with(backend, threads, &single, LLMT_OFFLOAD_OPTIMIZER, -1, &one_s))

@@ -125,17 +125,24 @@ int64_t llmt_dp_grad_home(int64_t split, int64_t on_demand, int from_slots, int3
     return llmt_rank_micro_batches(reduce_mode, count, size, rank) ? on_demand : 0;
 }
 
-int llmt_grads_home_on_demand(llmt_model *m, int on_demand)
+void llmt_grads_home_on_demand(llmt_model *m, int on_demand)
 {
     m->grads_home_on_demand = on_demand;
-    if (!on_demand || !m->grads_all_zero || !m->host_grads.bytes)
+}
+
+/* Kept on demand, zero gradients need no more room than a step keeps
+ * (llmt_grad_home_elems): a larger home (grown by a write, a settle or a
+ * placement) is replaced by one of that size once the device is done
+ * with it. Called with no host part valid; on failure the home is empty. */
+static int home_shrink(llmt_model *m)
+{
+    const int64_t keep = llmt_grad_home_elems(m, m->grad_split, 1);
+    if (!m->grads_home_on_demand || home_end(m) <= keep)
         return LLMT_OK;
-    /* Zero gradients need no home: freed once the device is done with it,
-     * no host part valid (a settle may have marked zeros so). */
     LLMT_TRY(m->ops->synchronize(m->dev));
     llmt_buf_free(m->ctx, &m->host_grads);
-    memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m));
-    return LLMT_OK;
+    return llmt_buf_alloc(m->ctx, &m->host_grads, LLMT_MEM_HOST_STATE,
+                          (size_t)keep * grad_es(m), "offloaded gradients");
 }
 
 /* Moves bucket b, offloaded, into its slot once the slot's last store is
@@ -279,7 +286,7 @@ int llmt_grads_zero(llmt_model *m)
     memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m));
     LLMT_TRY(m->grads.bytes ? m->ops->mem_zero(m->dev, m->grads.ptr, m->grads.bytes) : LLMT_OK);
     m->grads_all_zero = 1;
-    return LLMT_OK;
+    return home_shrink(m);
 }
 
 /* The buffers of one placement. */
@@ -395,10 +402,10 @@ int llmt_grads_place(llmt_model *m, int64_t split)
         LLMT_TRY(settle_home(m));
     /* The new home: the whole prefix, or on demand what the old one held
      * below split (an end of a bucket's host part there too), all of it
-     * where device values move in, nothing for zero gradients. */
+     * where device values move in, what a step keeps for zero gradients. */
     int64_t home = split;
     if (m->grads_home_on_demand && zero)
-        home = 0;
+        home = llmt_grad_home_elems(m, split, 1);
     else if (m->grads_home_on_demand && split <= m->grad_split)
         home = home_end(m) < split ? home_end(m) : split;
     llmt_context *ctx = m->ctx;

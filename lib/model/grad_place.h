@@ -76,13 +76,13 @@ int64_t llmt_dp_grad_home(int64_t split, int64_t on_demand, int from_slots, int3
  * gradients' allocation on (llmt_grads_ensure, llmt_grads_place). 1: for
  * what the stores need, grown by a store to the end of the stored bucket's
  * host part and by llmt_grads_settle (and so a write of llmt_grads_io, but
- * not a read) to the whole prefix (each growth
- * holds the old and new copies for its moment); set while the gradients
- * are zero (llmt_grads_zero, before any write), it frees the home. For a
- * step that sends every offloaded bucket from its slot (llmt_grads_sent)
- * and stores none but a tied embedding's: llmt_optimizer_reduce_overlaps
- * sets it. */
-int llmt_grads_home_on_demand(llmt_model *m, int on_demand);
+ * not a read) to the whole prefix (each growth holds the old and new
+ * copies for its moment), and brought back by llmt_grads_zero to what a
+ * step keeps (llmt_grad_home_elems). For a step that sends every offloaded
+ * bucket from its slot (llmt_grads_sent) and stores none but a tied
+ * embedding's: llmt_optimizer_reduce_overlaps sets it, before the step's
+ * rounds zero the gradients. */
+void llmt_grads_home_on_demand(llmt_model *m, int on_demand);
 
 /* Placement (grad_buckets.c). Each returns a status with a message set.
  * The gradients are allocated at their first use (llmt_grads_ensure), not
@@ -98,8 +98,9 @@ int llmt_grads_ensure(llmt_model *m);
  * new buffers first, copies the settled values (none when every gradient
  * is zero), frees the old ones. Kept on demand, the new host copy has room
  * for what the old one held below split, or for all of it where values
- * move in from the device. On failure (a budget refusing a buffer) nothing
- * changes. Before the gradients are allocated it only records split. */
+ * move in from the device (zero gradients: for what a step keeps). On
+ * failure (a budget refusing a buffer) nothing changes. Before the
+ * gradients are allocated it only records split. */
 int llmt_grads_place(llmt_model *m, int64_t split);
 
 /* *base = the device address of bucket b's first element (element off of
@@ -144,7 +145,8 @@ int llmt_grads_settle(llmt_model *m);
 
 /* Sets every gradient to zero: the device segment zeroed, every host part
  * marked as holding none (no host memory is written), the loaded bucket
- * dropped. Until the next acquire or write the model knows them zero
+ * dropped; kept on demand, the host copy's room back to what a step keeps.
+ * Until the next acquire or write the model knows them zero
  * (llmt_grads_place then copies nothing). */
 int llmt_grads_zero(llmt_model *m);
 

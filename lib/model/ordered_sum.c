@@ -99,7 +99,6 @@ int llmt_ordered_sum_end(llmt_ordered_sum *s, llmt_model *m)
 {
     const int64_t split = s->split, dev_n = m->num_params - split;
     llmt_device *hd = host_device(s, m);
-    m->grads_all_zero = 0; /* the sum is written into the gradients */
     /* Every offloaded bucket's host part is marked valid already: the last
      * llmt_ordered_sum_add settled the gradients. */
     if (split > 0 && m->dt == LLMT_DTYPE_F32)

@@ -135,7 +135,8 @@ int llmt_optimizer_reduce_round(llmt_optimizer *o, const uint8_t *present);
  * when their engines and placements are. With one_micro (this rank adds
  * no two micro-batches before an exchange, llmt_one_micro_per_exchange)
  * and two slots, the offloaded gradients' host copy is kept on demand
- * (llmt_grads_home_on_demand), set before they are allocated: every
+ * (llmt_grads_home_on_demand: set before the gradients are allocated, at
+ * the first step, and before each step's rounds zero them): every
  * offloaded bucket is sent from its slot. */
 int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int one_micro, int *overlaps);
 

@@ -290,8 +290,7 @@ int llmt_optimizer_reduce_overlaps(llmt_optimizer *o, int one_micro, int *overla
     if (!o->comm->alltoallv_add)
         return LLMT_OK;
     llmt_model *m = o->model;
-    LLMT_TRY(llmt_grads_home_on_demand(
-        m, one_micro && llmt_grad_bucket_slots(m->ops->host_memory) > 1));
+    llmt_grads_home_on_demand(m, one_micro && llmt_grad_bucket_slots(m->ops->host_memory) > 1);
     LLMT_TRY(llmt_offload_place_grads(o));
     LLMT_TRY(llmt_grads_ensure(m));
     /* Offloaded buckets are sent from their slots: one slot's exchange

@@ -50,16 +50,17 @@ static int place(llmt_trainer *tr, int64_t k)
 /* Frees what a notch lays out for its steps, the activation arena and
  * the ordered sum, before a move: the optimizer's state has the room to
  * move, and the next step's peak measures the new layout alone (the next
- * batch lays both out again). The model's gradients, which every step
- * zeroes before its first backward, are zeroed now where allocated: a
- * move copies none of them, and keeps no host copy a data-parallel step
- * would not (llmt_grads_place). */
+ * batch lays both out again). In data parallel the model's gradients,
+ * which hold no step's gradient there (the owners' sums do) and which
+ * each round zeroes before its backward, are zeroed now where allocated:
+ * a move copies none of them, and keeps no host copy the step would not
+ * (llmt_grads_place). */
 static int free_step_layout(llmt_trainer *tr)
 {
     llmt_model *m = tr->parts.model;
     LLMT_TRY(llmt_model_release_activations(m));
     llmt_slicer_release_sum(tr->parts.slicer);
-    return m->grads_live ? llmt_grads_zero(m) : LLMT_OK;
+    return tr->parts.optimizer->comm && m->grads_live ? llmt_grads_zero(m) : LLMT_OK;
 }
 
 /* Moves to notch k: frees the old notch's step layout first, then places

@@ -149,18 +149,24 @@ int llmt_controller_bytes(const llmt_controller *c, int64_t k, uint64_t *bytes)
 }
 
 /* The host gradients [0, gs) a step keeps (llmt_dp_grad_home in data
- * parallel over an engine that sends them from the device bucket: the
- * most of any notch's micro-batch, 1 row giving the most micro-batches a
- * rank). */
+ * parallel over an engine that sends them from the device bucket): the
+ * most of any count of micro-batches a notch may give (1 to the batch; a
+ * fast window's share does not grow with the count). */
 static int64_t grad_home(const llmt_controller *c, int64_t gs)
 {
     const llmt_optimizer *o = c->opt;
     const llmt_model *m = o->model;
     if (!o->comm || !o->comm->alltoallv_add)
         return gs;
-    return llmt_dp_grad_home(gs, llmt_grad_home_elems(m, gs, 1),
-                             llmt_grad_bucket_slots(m->ops->host_memory) > 1, o->reduce_mode,
-                             c->batch, llmt_comm_size(o->comm), llmt_comm_rank(o->comm));
+    const int64_t on_demand = llmt_grad_home_elems(m, gs, 1);
+    const int from_slots = llmt_grad_bucket_slots(m->ops->host_memory) > 1;
+    int64_t most = 0;
+    for (int32_t count = 1; count <= c->batch && most < gs; count++) {
+        int64_t h = llmt_dp_grad_home(gs, on_demand, from_slots, o->reduce_mode, count,
+                                      llmt_comm_size(o->comm), llmt_comm_rank(o->comm));
+        most = h > most ? h : most;
+    }
+    return most;
 }
 
 /* Host bytes of what the controller places with offload_layers

@@ -390,6 +390,15 @@ grep -qxF "offloaded on rank 1: the state of [$a, $params) ($((params - a))) in 
     "$tmp/out" &&
     grep -qxF "offloaded on every rank: the gradients of [0, $sg) ($sg) in host memory, the rest and one layer's bucket on the device" \
     "$tmp/out" || fail "--world 2 --offload optimizer+grads: $(sed -n 2,4p "$tmp/out")"
+# A config's ordered accumulation (an fp32 sum counted only without
+# --world) does not change the gradients named: 100m.yaml's every whole
+# granule.
+sed 's/^  micro_batch: 8$/  micro_batch: 8\n  accumulation: ordered/' "$src/examples/configs/100m.yaml" \
+    > "$tmp/ordered.yaml"
+grep -q "accumulation: ordered" "$tmp/ordered.yaml" || fail "the test's ordered config was not written"
+run --config "$tmp/ordered.yaml" --precision bf16_mixed --world 2 --offload optimizer+grads
+line="offloaded on every rank: the gradients of [0, 100089856) (100089856) in host memory, the rest and one layer's bucket on the device"
+grep -qxF "$line" "$tmp/out" || fail "ordered config --world 2: not '$line': $(sed -n 4p "$tmp/out")"
 run --preset small --seq 256 --world 2 --offload optimizer+grads --offload-layers 0
 [ "$status" = 0 ] && grep -qxF "offloaded on every rank: no gradients (the offloaded prefix holds no whole 4096-element granule)" \
     "$tmp/out" || fail "--world 2 --offload optimizer+grads --offload-layers 0: exit $status: $(cat "$tmp/out" "$tmp/err")"

@@ -359,75 +359,82 @@ static void assert_home(const llmt_context *ctx, const llmt_model *m, int64_t el
                  (long long)elems * 4);
 }
 
+/* Fails unless got holds want's n values, naming the first that differs. */
+static void assert_values(const float *got, const float *want, int64_t n, const char *what)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("%s: element %lld: %g, not %g", what, (long long)i, got[i], want[i]);
+}
+
 /* The host copy kept on demand (llmt_grads_home_on_demand, as a
  * data-parallel step that sends the offloaded buckets from their slots
- * keeps it): allocated with no room; a store makes room up to the end of
- * the stored bucket's host part and no further; a move to a smaller split
- * keeps the room within it, to a larger one makes room for the values
- * moving in from the device; every value written survives (read back
- * against what was written); set while the gradients are zero it frees the
- * room (a bucket then loads as zeros, even after a read marked them
- * valid); zero gradients move with none; a read makes no room (what lies
- * past the room reads as zero), a write room for the whole prefix. */
+ * keeps it), untied and tied: allocated with no room; a store makes room
+ * up to the end of the stored bucket's host part and no further, a read
+ * none (what lies past the room reads as zero), a write and a move to a
+ * larger split of values room for all (zeros filled in past the old
+ * room), a move to a smaller split keeps the room within it; every value
+ * written survives (read back against what was written, also a write
+ * right after a zeroing, then moved); zeroing brings the room back to a
+ * step's (none, or the tied embedding's bucket), and zero gradients move
+ * with no copy and no more room. */
 static void test_home_on_demand(void **state)
 {
     (void)state;
-    llmt_context *ctx = test_context(2, 3);
-    llmt_model *m = model_new(ctx, LLMT_PRECISION_FP32, 0);
-    const int64_t split = split_of(m, LLMT_OFFLOAD_ALL_LAYERS), n = llmt_model_num_params(m);
-    const int64_t small = split_of(m, 1);
-    int64_t s = 0, e0 = 0, e1 = 0;
-    llmt_grad_bucket_range(m, 0, &s, &e0);
-    llmt_grad_bucket_range(m, 1, &s, &e1);
-    assert_true(e0 < small && small < e1 && e1 < split); /* layer 0 straddles `small` */
-    float *want = calloc((size_t)n, sizeof *want), *got = malloc((size_t)n * sizeof *got);
-    assert_non_null(want);
-    assert_non_null(got);
-    assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
-    assert_int_equal(llmt_grads_home_on_demand(m, 1), LLMT_OK);
-    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
-    assert_home(ctx, m, 0, "allocated");
-    write_bucket(m, 0, want);
-    assert_home(ctx, m, e0, "the embedding stored");
-    assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
-    for (int64_t i = 0; i < n; i++)
-        if (got[i] != want[i])
-            fail_msg("read with the embedding's room: element %lld: %g, not %g", (long long)i,
-                     got[i], want[i]);
-    assert_home(ctx, m, e0, "the embedding stored, then read");
-    assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
-    assert_home(ctx, m, e0, "moved to a smaller split");
-    write_bucket(m, 1, want);
-    assert_home(ctx, m, small, "layer 0 stored, across the split");
-    assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
-    assert_home(ctx, m, split, "moved to a larger split");
-    assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
-    for (int64_t i = 0; i < n; i++)
-        if (got[i] != want[i])
-            fail_msg("element %lld: %g, not %g", (long long)i, got[i], want[i]);
-    /* Zeroed and read (the settle marks the zeros valid), then set on
-     * demand: no room, and a load of the embedding's bucket gives zeros. */
-    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
-    assert_grads_zero(m, 1, "zeroed");
-    assert_int_equal(llmt_grads_home_on_demand(m, 1), LLMT_OK);
-    assert_home(ctx, m, 0, "zeroed, then kept on demand");
-    char *base = NULL;
-    assert_int_equal(llmt_grads_acquire(m, 0, &base), LLMT_OK);
-    for (int64_t i = 0; i < e0; i++)
-        if (((const float *)base)[i] != 0.0f)
-            fail_msg("the embedding's bucket loaded after the room was freed: element %lld is "
-                     "%g", (long long)i, ((const float *)base)[i]);
-    assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
-    assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
-    assert_home(ctx, m, 0, "zero gradients moved");
-    assert_grads_zero(m, 1, "zero gradients moved");
-    assert_home(ctx, m, 0, "zero gradients moved, then read");
-    assert_int_equal(llmt_grads_io(m, 0, n, want, 1), LLMT_OK);
-    assert_home(ctx, m, small, "written");
-    free(want);
-    free(got);
-    llmt_model_free(m);
-    llmt_context_free(ctx);
+    for (int tied = 0; tied < 2; tied++) {
+        llmt_context *ctx = test_context(2, 3);
+        llmt_model *m = model_new(ctx, LLMT_PRECISION_FP32, tied);
+        const int64_t split = split_of(m, LLMT_OFFLOAD_ALL_LAYERS), n = llmt_model_num_params(m);
+        const int64_t small = split_of(m, 1);
+        int64_t s = 0, e0 = 0, e1 = 0;
+        llmt_grad_bucket_range(m, 0, &s, &e0);
+        llmt_grad_bucket_range(m, 1, &s, &e1);
+        assert_true(e0 < small && small < e1 && e1 < split); /* layer 0 straddles `small` */
+        const int64_t kept = tied ? e0 : 0;                  /* what a step keeps */
+        float *want = calloc((size_t)n, sizeof *want), *got = malloc((size_t)n * sizeof *got);
+        assert_non_null(want);
+        assert_non_null(got);
+        assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
+        llmt_grads_home_on_demand(m, 1);
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_home(ctx, m, 0, "allocated");
+        write_bucket(m, 0, want);
+        assert_home(ctx, m, e0, "the embedding stored");
+        assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
+        assert_values(got, want, n, "the embedding stored, then read");
+        assert_home(ctx, m, e0, "the embedding stored, then read");
+        assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
+        assert_home(ctx, m, split, "moved to a larger split");
+        assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
+        assert_values(got, want, n, "moved to a larger split");
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_home(ctx, m, kept, "zeroed");
+        memset(want, 0, (size_t)n * sizeof *want);
+        write_bucket(m, 0, want);
+        assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
+        assert_home(ctx, m, e0, "moved to a smaller split");
+        write_bucket(m, 1, want);
+        assert_home(ctx, m, small, "layer 0 stored, across the split");
+        assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
+        assert_values(got, want, n, "layer 0 stored, across the split");
+        /* A write right after a zeroing, then a move: the values move. */
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        for (int64_t i = 0; i < n; i++)
+            want[i] = pattern(i);
+        assert_int_equal(llmt_grads_io(m, 0, n, want, 1), LLMT_OK);
+        assert_int_equal(llmt_grads_place(m, split), LLMT_OK);
+        assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
+        assert_values(got, want, n, "written after a zeroing, then moved");
+        /* Zero gradients move with no copy and no more room. */
+        assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
+        assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
+        assert_home(ctx, m, kept < small ? kept : small, "zero gradients moved");
+        assert_grads_zero(m, 1, "zero gradients moved");
+        free(want);
+        free(got);
+        llmt_model_free(m);
+        llmt_context_free(ctx);
+    }
 }
 
 /* The bytes of value v in a precision's gradient dtype, decoded by hand:
