@@ -36,17 +36,9 @@ void llmt_fast_window(int32_t count, int32_t size, int32_t rank, int32_t *first,
     *end = (int32_t)((int64_t)count * (rank + 1) / size);
 }
 
-int32_t llmt_rank_micro_batches(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank)
+int llmt_one_micro_per_exchange(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank)
 {
     int32_t first = 0, end = 0;
     llmt_fast_window(count, size, rank, &first, &end);
-    if (reduce_mode == LLMT_REDUCE_FAST)
-        return end - first;
-    return rank < count ? (count - rank + size - 1) / size : 0;
-}
-
-int llmt_one_micro_per_exchange(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank)
-{
-    return reduce_mode != LLMT_REDUCE_FAST ||
-           llmt_rank_micro_batches(reduce_mode, count, size, rank) <= 1;
+    return reduce_mode != LLMT_REDUCE_FAST || end - first <= 1;
 }

@@ -39,11 +39,6 @@ void llmt_shard_buffer_sizes(int64_t num_params, int32_t size, int32_t rank, siz
  * contiguous windows, as even as they go. */
 void llmt_fast_window(int32_t count, int32_t size, int32_t rank, int32_t *first, int32_t *end);
 
-/* How many of a data-parallel step's count micro-batches rank runs: in
- * deterministic mode micro-batch j size + rank of each round j that has
- * it, in fast mode its window's (llmt_fast_window). */
-int32_t llmt_rank_micro_batches(int32_t reduce_mode, int32_t count, int32_t size, int32_t rank);
-
 /* Whether rank adds no two micro-batches' gradients before an exchange in
  * a data-parallel step of count micro-batches: always in deterministic
  * mode (a round is one micro-batch a rank), in fast mode when its window

@@ -181,8 +181,11 @@ int llmt_model_run(llmt_model *m, const int32_t *tokens, const int32_t *targets,
     if (!rc && want_grad)
         rc = llmt_model_backward(m);
     /* No bucket stays held between calls, even after a failure (the
-     * gradients then are what the failed pass left). */
-    int flushed = llmt_grads_flush(m);
+     * gradients then are what the failed pass left), but in an overlapped
+     * pass: its bucket_final caller sends the bucket a failure left loaded
+     * from its slot (storing it would make host room the step does not
+     * keep, grad_place.h's llmt_grads_home_on_demand). */
+    int flushed = m->bucket_final ? LLMT_OK : llmt_grads_flush(m);
     return rc ? rc : flushed;
 }
 

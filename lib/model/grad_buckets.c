@@ -35,10 +35,11 @@
  * an even tail bucket) are still correct: the load waits for the store just
  * queued, which then does not overlap.
  *
- * The home (host_grads' room, [0, home_end)). Kept on demand, it grows
- * only where a store or a settle needs it, so a data-parallel step that
- * sends every offloaded bucket from its slot holds no host copy of them
- * (a tied model: its embedding's bucket only). Its end is always 0,
+ * The home (host_grads' room, [0, home_end)). Kept on demand, it holds
+ * what a step keeps (llmt_grad_home_elems) and grows only where a store, a
+ * settle or a placement moving values in needs it, so a data-parallel
+ * step that sends every offloaded bucket from its slot holds no host copy
+ * of them (a tied model: its embedding's bucket only). Its end is always 0,
  * grad_split or the end of a bucket's host part, so a bucket's host part
  * lies wholly inside or wholly outside it; host_valid[b] implies inside. A
  * growth waits for the device (invariant 4) before copying the old home. */
@@ -117,12 +118,11 @@ int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split, int on_demand)
     return e < split ? e : split;
 }
 
-int64_t llmt_dp_grad_home(int64_t split, int64_t on_demand, int from_slots, int32_t reduce_mode,
+int64_t llmt_dp_grad_home(int64_t split, int64_t kept, int from_slots, int32_t reduce_mode,
                           int32_t count, int32_t size, int32_t rank)
 {
-    if (!from_slots || !llmt_one_micro_per_exchange(reduce_mode, count, size, rank))
-        return split;
-    return llmt_rank_micro_batches(reduce_mode, count, size, rank) ? on_demand : 0;
+    return from_slots && llmt_one_micro_per_exchange(reduce_mode, count, size, rank) ? kept
+                                                                                      : split;
 }
 
 void llmt_grads_home_on_demand(llmt_model *m, int on_demand)
@@ -439,7 +439,10 @@ int llmt_grads_ensure(llmt_model *m)
     if (m->grads_live)
         return LLMT_OK;
     grad_buffers g = {0};
-    int rc = alloc_buffers(m, m->grad_split, m->grads_home_on_demand ? 0 : m->grad_split, &g);
+    int rc = alloc_buffers(m, m->grad_split,
+                           m->grads_home_on_demand ? llmt_grad_home_elems(m, m->grad_split, 1)
+                                                   : m->grad_split,
+                           &g);
     if (!rc)
         rc = zero_device(m, &g);
     if (rc) {

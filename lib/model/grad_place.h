@@ -66,14 +66,15 @@ int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split, int on_demand);
  * in reduce_mode (dist/shard.h): with from_slots (the engine sends them
  * from the device bucket's slots: NCCL on a backend whose memory the host
  * cannot read), all where it adds two micro-batches before an exchange,
- * else on_demand (llmt_grad_home_elems's) where it runs a micro-batch,
- * none where it runs none; without from_slots, all. */
-int64_t llmt_dp_grad_home(int64_t split, int64_t on_demand, int from_slots, int32_t reduce_mode,
+ * else kept (llmt_grad_home_elems's on demand, also on a rank that runs
+ * none); without from_slots, all. */
+int64_t llmt_dp_grad_home(int64_t split, int64_t kept, int from_slots, int32_t reduce_mode,
                           int32_t count, int32_t size, int32_t rank);
 
 /* Whether the offloaded gradients' host copy is kept on demand. 0 (the
  * default): host_grads has room for the whole offloaded prefix from the
  * gradients' allocation on (llmt_grads_ensure, llmt_grads_place). 1: for
+ * what a step keeps (llmt_grad_home_elems) from the allocation on, and
  * what the stores need, grown by a store to the end of the stored bucket's
  * host part and by llmt_grads_settle (and so a write of llmt_grads_io, but
  * not a read) to the whole prefix (each growth holds the old and new
@@ -99,8 +100,9 @@ int llmt_grads_ensure(llmt_model *m);
  * is zero), frees the old ones. Kept on demand, the new host copy has room
  * for what the old one held below split, or for all of it where values
  * move in from the device (zero gradients: for what a step keeps). On
- * failure (a budget refusing a buffer) nothing changes. Before the
- * gradients are allocated it only records split. */
+ * failure (a budget refusing a buffer) no value and not the placement
+ * changes (the settle before the allocation may have grown the room).
+ * Before the gradients are allocated it only records split. */
 int llmt_grads_place(llmt_model *m, int64_t split);
 
 /* *base = the device address of bucket b's first element (element off of

@@ -115,7 +115,7 @@ struct llmt_model {
     int64_t grad_split;
     int grads_live;      /* the three buffers are allocated (llmt_grads_ensure) */
     int grads_home_on_demand; /* llmt_grads_home_on_demand */
-    int grads_all_zero;  /* every gradient is zero (llmt_grads_zero; cleared by a write) */
+    int grads_all_zero;  /* every gradient is zero (llmt_grads_zero, _ensure; cleared by a write) */
     uint8_t *host_valid; /* per bucket (llmt_grad_bucket_count) */
     int32_t loaded;
     /* Slots of grad_bucket (bit k: slot k) that a queued exchange may

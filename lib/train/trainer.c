@@ -254,7 +254,8 @@ static int forward_backward(llmt_trainer *tr, double scale, double *loss, int32_
          * fits. */
         char why[512];
         snprintf(why, sizeof why, "%s", llmt_error_last());
-        LLMT_TRY(llmt_model_zero_grads(p->model));
+        if (!p->optimizer->comm) /* as above: a data-parallel step zeroes them itself */
+            LLMT_TRY(llmt_model_zero_grads(p->model));
         LLMT_TRY(llmt_trainer_escalate_to_fit(tr, why));
     }
 }

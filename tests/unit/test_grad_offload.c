@@ -14,6 +14,7 @@
 
 #include "core/half.h"
 #include "llmt/llmt.h"
+#include "dist/shard.h"
 #include "model/grad_place.h"
 #include "model/model_internal.h"
 #include "optim/offload.h"
@@ -369,7 +370,8 @@ static void assert_values(const float *got, const float *want, int64_t n, const 
 
 /* The host copy kept on demand (llmt_grads_home_on_demand, as a
  * data-parallel step that sends the offloaded buckets from their slots
- * keeps it), untied and tied: allocated with no room; a store makes room
+ * keeps it), untied and tied: allocated with room for what a step keeps
+ * (none, or the tied embedding's bucket); a store makes room
  * up to the end of the stored bucket's host part and no further, a read
  * none (what lies past the room reads as zero), a write and a move to a
  * larger split of values room for all (zeros filled in past the old
@@ -397,7 +399,7 @@ static void test_home_on_demand(void **state)
         assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
         llmt_grads_home_on_demand(m, 1);
         assert_int_equal(llmt_model_zero_grads(m), LLMT_OK);
-        assert_home(ctx, m, 0, "allocated");
+        assert_home(ctx, m, kept, "allocated");
         write_bucket(m, 0, want);
         assert_home(ctx, m, e0, "the embedding stored");
         assert_int_equal(llmt_grads_io(m, 0, n, got, 0), LLMT_OK);
@@ -435,6 +437,47 @@ static void test_home_on_demand(void **state)
         llmt_model_free(m);
         llmt_context_free(ctx);
     }
+}
+
+/* What a data-parallel rank keeps of the offloaded gradients
+ * (llmt_dp_grad_home, the planner's and the controller's figure), against
+ * the fast windows worked out by hand (rank r of N runs micro-batches
+ * [floor(c r / N), floor(c (r + 1) / N)) of c): all of them (SPLIT) where
+ * the engine does not send them from the slots or a window holds two,
+ * else KEPT, also for a rank that runs none. */
+static void test_dp_grad_home_by_hand(void **state)
+{
+    (void)state;
+    enum { SPLIT = 1000, KEPT = 7 };
+    const int det = LLMT_REDUCE_DETERMINISTIC, fast = LLMT_REDUCE_FAST;
+    static const struct {
+        int from_slots, mode;
+        int32_t count, size, rank;
+        int64_t want;
+    } cases[] = {
+        {1, det, 12, 4, 3, KEPT},  /* rounds of one micro-batch a rank */
+        {1, det, 3, 5, 4, KEPT},   /* a rank that runs none */
+        {0, det, 12, 4, 3, SPLIT}, /* the CPU over MPI: stored, sent after backward */
+        {1, fast, 3, 2, 0, KEPT},  /* [0, 1) */
+        {1, fast, 3, 2, 1, SPLIT}, /* [1, 3) */
+        {1, fast, 3, 5, 2, KEPT},  /* [1, 1): none */
+        {1, fast, 2, 5, 4, KEPT},  /* [1, 2) */
+        {1, fast, 12, 4, 0, SPLIT},                       /* [0, 3) */
+        {1, fast, 2147483647, 65536, 65535, SPLIT},       /* 32767 or 32768, without overflow */
+        {1, fast, 65535, 65536, 65535, KEPT},             /* [65534, 65535) */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t got = llmt_dp_grad_home(SPLIT, KEPT, cases[i].from_slots, cases[i].mode,
+                                        cases[i].count, cases[i].size, cases[i].rank);
+        if (got != cases[i].want)
+            fail_msg("case %zu (mode %d, %d micro-batches, rank %d of %d): %lld, not %lld", i,
+                     cases[i].mode, cases[i].count, cases[i].rank, cases[i].size,
+                     (long long)got, (long long)cases[i].want);
+    }
+    int32_t first = 0, end = 0;
+    llmt_fast_window(2147483647, 65536, 65535, &first, &end);
+    assert_int_equal(first, 2147450879); /* floor((2^31 - 1) 65535 / 65536) */
+    assert_int_equal(end, 2147483647);
 }
 
 /* The bytes of value v in a precision's gradient dtype, decoded by hand:
@@ -630,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_ordered_slicer_with_offload),
         cmocka_unit_test(test_sent_bucket_and_its_slot),
         cmocka_unit_test(test_home_on_demand),
+        cmocka_unit_test(test_dp_grad_home_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
