@@ -80,6 +80,12 @@ static void bucket_parts(const llmt_model *m, int32_t b, int64_t *s, int64_t *e,
     *h = *e < m->grad_split ? *e : m->grad_split;
 }
 
+/* Zeroes a device segment of the gradients (dev, the backend's memory). */
+static int zero_device(const llmt_model *m, const llmt_buf *dev)
+{
+    return dev->bytes ? m->ops->mem_zero(m->dev, dev->ptr, dev->bytes) : LLMT_OK;
+}
+
 /* The end of the home: host_grads has room for [0, home_end). */
 static int64_t home_end(const llmt_model *m)
 {
@@ -109,10 +115,10 @@ static int home_grow(llmt_model *m, int64_t end)
     return LLMT_OK;
 }
 
-int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split, int on_demand)
+int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split)
 {
-    if (!on_demand || split == 0 || m->lm_head != m->embed)
-        return on_demand ? 0 : split;
+    if (split == 0 || m->lm_head != m->embed)
+        return 0;
     int64_t s = 0, e = 0;
     llmt_grad_bucket_range(m, 0, &s, &e);
     return e < split ? e : split;
@@ -130,14 +136,21 @@ void llmt_grads_home_on_demand(llmt_model *m, int on_demand)
     m->grads_home_on_demand = on_demand;
 }
 
-/* Kept on demand, zero gradients need no more room than a step keeps
- * (llmt_grad_home_elems): a larger home (grown by a write, a settle or a
- * placement) is replaced by one of that size once the device is done
- * with it. Called with no host part valid; on failure the home is empty. */
+/* The room zero gradients at split need: what a step keeps on demand
+ * (llmt_grad_home_elems), else the whole prefix. */
+static int64_t home_kept(const llmt_model *m, int64_t split)
+{
+    return m->grads_home_on_demand ? llmt_grad_home_elems(m, split) : split;
+}
+
+/* Zero gradients need no more room than home_kept: a larger home (kept on
+ * demand, grown by a write, a settle or a placement) is replaced by one of
+ * that size once the device is done with it. Called with no host part
+ * valid; on failure the home is empty. */
 static int home_shrink(llmt_model *m)
 {
-    const int64_t keep = llmt_grad_home_elems(m, m->grad_split, 1);
-    if (!m->grads_home_on_demand || home_end(m) <= keep)
+    const int64_t keep = home_kept(m, m->grad_split);
+    if (home_end(m) <= keep)
         return LLMT_OK;
     LLMT_TRY(m->ops->synchronize(m->dev));
     llmt_buf_free(m->ctx, &m->host_grads);
@@ -284,7 +297,7 @@ int llmt_grads_zero(llmt_model *m)
     /* The loaded bucket is dropped, not stored: its gradient is now zero. */
     m->loaded = -1;
     memset(m->host_valid, 0, (size_t)llmt_grad_bucket_count(m));
-    LLMT_TRY(m->grads.bytes ? m->ops->mem_zero(m->dev, m->grads.ptr, m->grads.bytes) : LLMT_OK);
+    LLMT_TRY(zero_device(m, &m->grads));
     m->grads_all_zero = 1;
     return home_shrink(m);
 }
@@ -318,11 +331,6 @@ static int alloc_buffers(const llmt_model *m, int64_t split, int64_t home, grad_
     return rc;
 }
 
-/* Zeroes the device segment of freshly allocated buffers. */
-static int zero_device(const llmt_model *m, grad_buffers *g)
-{
-    return g->dev.bytes ? m->ops->mem_zero(m->dev, g->dev.ptr, g->dev.bytes) : LLMT_OK;
-}
 
 /* Copies bytes between two buffers, each host (HOST_STATE) or device memory. */
 static int copy_any(const llmt_model *m, void *dst, int dst_host, const void *src, int src_host,
@@ -404,15 +412,15 @@ int llmt_grads_place(llmt_model *m, int64_t split)
      * below split (an end of a bucket's host part there too), all of it
      * where device values move in, what a step keeps for zero gradients. */
     int64_t home = split;
-    if (m->grads_home_on_demand && zero)
-        home = llmt_grad_home_elems(m, split, 1);
+    if (zero)
+        home = home_kept(m, split);
     else if (m->grads_home_on_demand && split <= m->grad_split)
         home = home_end(m) < split ? home_end(m) : split;
     llmt_context *ctx = m->ctx;
     grad_buffers next = {0};
     int rc = alloc_buffers(m, split, home, &next);
     if (!rc)
-        rc = zero ? zero_device(m, &next) : copy_values(m, &next, split);
+        rc = zero ? zero_device(m, &next.dev) : copy_values(m, &next, split);
     if (!rc)
         rc = m->ops->synchronize(m->dev);
     grad_buffers old = {m->grads, m->host_grads, m->grad_bucket};
@@ -439,12 +447,9 @@ int llmt_grads_ensure(llmt_model *m)
     if (m->grads_live)
         return LLMT_OK;
     grad_buffers g = {0};
-    int rc = alloc_buffers(m, m->grad_split,
-                           m->grads_home_on_demand ? llmt_grad_home_elems(m, m->grad_split, 1)
-                                                   : m->grad_split,
-                           &g);
+    int rc = alloc_buffers(m, m->grad_split, home_kept(m, m->grad_split), &g);
     if (!rc)
-        rc = zero_device(m, &g);
+        rc = zero_device(m, &g.dev);
     if (rc) {
         buffers_free(m->ctx, &g);
         return rc;

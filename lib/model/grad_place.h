@@ -54,19 +54,19 @@ int64_t llmt_grad_slot_elems(const llmt_model *m, int64_t split, int host_memory
 int64_t llmt_grad_bucket_elems(const llmt_model *m, int64_t split, int host_memory);
 
 /* Elements of the offloaded gradients [0, split) that host memory holds
- * (host_grads' room): all of them, or with on_demand (llmt_grads_home_on_
- * demand, a data-parallel step) only what its stores need, the host part
- * of a tied model's embedding bucket (bucket 0, which the LM head writes
- * in the forward, so it is stored until the embedding's backward), none
- * for an untied model. The planner's and the controller's figure. */
-int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split, int on_demand);
+ * (host_grads' room) kept on demand (llmt_grads_home_on_demand, a
+ * data-parallel step): what its stores need, the host part of a tied
+ * model's embedding bucket (bucket 0, which the LM head writes in the
+ * forward, so it is stored until the embedding's backward), none for an
+ * untied model. The planner's and the controller's figure. */
+int64_t llmt_grad_home_elems(const llmt_model *m, int64_t split);
 
 /* Elements of the offloaded gradients [0, split) that rank keeps in host
  * memory in a data-parallel step of count micro-batches over size ranks
  * in reduce_mode (dist/shard.h): with from_slots (the engine sends them
  * from the device bucket's slots: NCCL on a backend whose memory the host
  * cannot read), all where it adds two micro-batches before an exchange,
- * else kept (llmt_grad_home_elems's on demand, also on a rank that runs
+ * else kept (llmt_grad_home_elems's, also on a rank that runs
  * none); without from_slots, all. */
 int64_t llmt_dp_grad_home(int64_t split, int64_t kept, int from_slots, int32_t reduce_mode,
                           int32_t count, int32_t size, int32_t rank);

@@ -63,7 +63,7 @@ static int count_params(const llmt_plan_config *c, int host_memory, param_counts
         if (c->offload_parts & LLMT_OFFLOAD_GRADS) {
             out->grad_split = llmt_grad_split(out->prefix);
             out->bucket = llmt_grad_bucket_elems(&tmp, out->grad_split, host_memory);
-            out->home_on_demand = llmt_grad_home_elems(&tmp, out->grad_split, 1);
+            out->home_on_demand = llmt_grad_home_elems(&tmp, out->grad_split);
         }
     }
     free(tmp.params);
