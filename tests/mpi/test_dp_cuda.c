@@ -559,6 +559,36 @@ static void expect_grad_home(const run *r, int mode, int32_t parts, const char *
            (unsigned long long)plan.host_peak);
 }
 
+/* The controller's host bytes for everything offloaded (the top offload
+ * rung, as llmt_controller_host_cap counts them) against what the
+ * overlapped run r of test_overlap holds so placed (mode: its reduce
+ * mode): under a host budget of r's host bytes now, the cap is the top
+ * rung where the controller counts what the step kept, and lower where it
+ * counts more. It counts the most any micro-batch count 1..B could make a
+ * step keep: in deterministic mode what a step keeps at one micro-batch
+ * per exchange (expect_grad_home's), in fast mode every offloaded
+ * gradient (at B micro-batches every rank's window holds two or more),
+ * which a rank whose window holds one micro-batch now does not keep. */
+static void expect_controller_host(const run *r, int mode, const char *what)
+{
+    const int32_t count = (B + micro - 1) / micro;
+    const int32_t window = count * (rank + 1) / size - count * rank / size;
+    const int keeps_most = mode != LLMT_REDUCE_FAST || window >= 2;
+    llmt_controller c;
+    llmt_controller_init(&c, r->model, NULL, B, T, 0, micro);
+    must(llmt_controller_attach(&c, r->opt, 1, 1), "attach a controller");
+    llmt_memory_stats ms = LLMT_MEMORY_STATS_INIT;
+    must(llmt_context_memory_stats(r->ctx, &ms), "memory stats");
+    must(llmt_context_set_host_budget(r->ctx, ms.current[LLMT_MEM_HOST_STATE]), "host budget");
+    const int32_t cap = llmt_controller_host_cap(&c);
+    must(llmt_context_set_host_budget(r->ctx, 0), "no host budget");
+    EXPECT(keeps_most ? cap == c.layers + 1 : cap <= c.layers, "%s: rank %d (%d micro-batches "
+           "of %d): under a host budget of the %llu bytes it holds with everything offloaded, "
+           "the controller's cap is rung %d of %d", what, rank,
+           mode == LLMT_REDUCE_FAST ? window : 1, count,
+           (unsigned long long)ms.current[LLMT_MEM_HOST_STATE], (int)cap, (int)c.layers + 1);
+}
+
 /* The reduction overlapped with backward (a bucket queued as backward ends
  * it, on deferring_add's slow engine; counted, so a path that never
  * overlaps fails) against the same engine without it (each round's
@@ -576,7 +606,8 @@ static void expect_grad_home(const run *r, int mode, int32_t parts, const char *
  * part holds a gradient (each was sent from its slot, none stored after
  * its last write), and what it keeps in host memory is expect_grad_home's,
  * also after a write of one gradient (which makes room for all of them)
- * and one more step (whose rounds' zeroing gives the room back). */
+ * and one more step (whose rounds' zeroing gives the room back), and the
+ * controller's count of it expect_controller_host's. */
 static void test_overlap(const char *dir, llmt_comm *comm)
 {
     EXPECT(comm->alltoallv_add && comm->join, "the NCCL engine has no overlapped reduction");
@@ -623,6 +654,8 @@ static void test_overlap(const char *dir, llmt_comm *comm)
                    (int)b);
         }
         expect_grad_home(&overlapped, mode, parts, what);
+        if (parts)
+            expect_controller_host(&overlapped, mode, what);
         EXPECT(same_weights(&overlapped, &plain), "%s: the weights differ from the exchange "
                "after backward", what);
         EXPECT(same_state(&overlapped, &plain), "%s: the optimizer state differs from the "
@@ -644,6 +677,7 @@ static void test_overlap(const char *dir, llmt_comm *comm)
             comm->alltoallv_add = engine_add;
             comm->join = engine_join;
             expect_grad_home(&overlapped, mode, parts, what);
+            expect_controller_host(&overlapped, mode, what);
         }
         run_close(&overlapped);
         run_close(&plain);
