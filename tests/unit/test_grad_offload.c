@@ -380,7 +380,8 @@ static void assert_values(const float *got, const float *want, int64_t n, const 
  * written survives (read back against what was written, also a write
  * right after a zeroing, then moved); zeroing brings the room back to a
  * step's (none, or the tied embedding's bucket), and zero gradients move
- * with no copy and no more room. */
+ * with no copy and no more room (to a split inside the embedding's bucket,
+ * the room of its part before the split). */
 static void test_home_on_demand(void **state)
 {
     (void)state;
@@ -438,6 +439,12 @@ static void test_home_on_demand(void **state)
         assert_int_equal(llmt_grads_place(m, small), LLMT_OK);
         assert_home(ctx, m, kept < small ? kept : small, "zero gradients moved");
         assert_grads_zero(m, 1, "zero gradients moved");
+        /* A split inside the embedding's bucket: a tied step keeps only
+         * the bucket's part before it. */
+        assert_true(GRANULE < e0);
+        assert_int_equal(llmt_grads_place(m, GRANULE), LLMT_OK);
+        assert_home(ctx, m, tied ? GRANULE : 0, "zero gradients moved inside the embedding");
+        assert_grads_zero(m, 1, "zero gradients moved inside the embedding");
         free(want);
         free(got);
         llmt_model_free(m);
