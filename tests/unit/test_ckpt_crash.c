@@ -3,7 +3,9 @@
  * instants; each time a fresh process resumes from the newest valid
  * checkpoint. After at least 30 kills (several of them inside a save, as the
  * temporary directories they leave show) the harness is let finish, and its
- * final state must be byte-identical to an uninterrupted run's. */
+ * final state must be byte-identical to an uninterrupted run's. A run that
+ * finishes before its kill, or is killed after its last checkpoint, starts
+ * the trials over from step 0. */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,9 +22,9 @@
 #include "train_fixture.h"
 #include "util/fsutil.h"
 
-/* MIN_SINCE_RESTART: kills after the last restart (a run that finished
- * before its kill starts the trials over from step 0), so that the progress
- * checked below is never that of a restart just before the loop ended. */
+/* MIN_SINCE_RESTART: kills after the last restart (a run that got to its
+ * end starts the trials over from step 0), so that the progress checked
+ * below is never that of a restart just before the loop ended. */
 enum { TOTAL = 240, MIN_KILLS = 30, MIN_IN_SAVE = 3, MAX_KILLS = 300, MIN_SINCE_RESTART = 8 };
 
 static char root[64];
@@ -80,6 +82,47 @@ static int run_to_end(const char *harness, const char *store, const char *fast, 
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* The step of the newest valid checkpoint in the two tiers (-1: none) and
+ * its tier, read without changing the store. */
+static int64_t latest_step(const char *store, const char *fast, int32_t *tier)
+{
+    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
+    llmt_context *ctx = NULL;
+    llmt_ckpt_store *cs = NULL;
+    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
+    sc.fast_dir = fast;
+    sc.read_only = 1;
+    assert_int_equal(llmt_context_create(&ctx, &cc), LLMT_OK);
+    assert_int_equal(llmt_ckpt_store_open(&cs, ctx, store, &sc), LLMT_OK);
+    int64_t step = -1;
+    int rc = llmt_ckpt_latest(cs, &step, tier, NULL, 0);
+    if (rc != LLMT_ENOTFOUND)
+        assert_int_equal(rc, LLMT_OK);
+    llmt_ckpt_store_free(cs);
+    llmt_context_free(ctx);
+    return rc == LLMT_OK ? step : -1;
+}
+
+/* Whether a killed run had got to its end: its output written, or its last
+ * step checkpointed (the kill came between that save and the exit). Such a
+ * run has no progress left to lose, as one that finished before its kill. */
+static int reached_end(const char *store, const char *fast, const char *out)
+{
+    struct stat st;
+    int32_t tier = -1;
+    return stat(out, &st) == 0 || latest_step(store, fast, &tier) == TOTAL;
+}
+
+/* Removes what a run that got to its end left, so the next starts at step 0. */
+static void start_over(const char *store, const char *fast, const char *out)
+{
+    struct stat st;
+    assert_int_equal(llmt_remove_tree(store), LLMT_OK);
+    assert_int_equal(llmt_remove_tree(fast), LLMT_OK);
+    if (stat(out, &st) == 0)
+        assert_int_equal(unlink(out), 0);
+}
+
 static void test_kill_and_resume(void **state)
 {
     (void)state;
@@ -106,8 +149,10 @@ static void test_kill_and_resume(void **state)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     int64_t run_ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
 
-    /* The killed runs. */
-    uint64_t rnd = (uint64_t)time(NULL);
+    /* The killed runs (LLMT_CRASH_SEED replays a printed seed). */
+    const char *seed = getenv("LLMT_CRASH_SEED");
+    uint64_t rnd = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+    print_message("kill delays from seed %llu (LLMT_CRASH_SEED)\n", (unsigned long long)rnd);
     int kills = 0, in_save = 0, finished = 0, since_restart = 0;
     struct stat st;
     while ((kills < MIN_KILLS || in_save < MIN_IN_SAVE || since_restart < MIN_SINCE_RESTART) &&
@@ -120,41 +165,32 @@ static void test_kill_and_resume(void **state)
         kill(pid, SIGKILL);
         int status = 0;
         waitpid(pid, &status, 0);
-        if (WIFEXITED(status)) { /* it finished before the kill: start over */
+        if (WIFEXITED(status))
             assert_int_equal(WEXITSTATUS(status), 0);
+        const int partial = leftovers(store, fast) > 0;
+        if (WIFEXITED(status) || reached_end(store, fast, out)) {
+            /* it finished, or as good as, before the kill: start over */
             finished++;
-            assert_int_equal(llmt_remove_tree(store), LLMT_OK);
-            assert_int_equal(llmt_remove_tree(fast), LLMT_OK);
-            assert_int_equal(unlink(out), 0);
+            start_over(store, fast, out);
             since_restart = 0;
             continue;
         }
         kills++;
         since_restart++;
-        in_save += leftovers(store, fast) > 0;
+        in_save += partial;
     }
-    print_message("%d kills, %d inside a save (temporary directory left), %d runs finished early\n",
-                  kills, in_save, finished);
+    print_message("%d kills, %d inside a save (temporary directory left), %d runs finished early "
+                  "(or killed after their last checkpoint)\n", kills, in_save, finished);
     assert_true(kills >= MIN_KILLS);
     assert_true(in_save >= MIN_IN_SAVE);
     assert_int_equal(stat(out, &st), -1); /* the killed runs never finished */
 
     /* The kills left progress behind: a verified checkpoint well into the run. */
-    llmt_context_config cc = LLMT_CONTEXT_CONFIG_INIT;
-    llmt_context *ctx = NULL;
-    llmt_ckpt_store *cs = NULL;
-    llmt_ckpt_store_config sc = LLMT_CKPT_STORE_CONFIG_INIT;
-    sc.fast_dir = fast;
-    assert_int_equal(llmt_context_create(&ctx, &cc), LLMT_OK);
-    assert_int_equal(llmt_ckpt_store_open(&cs, ctx, store, &sc), LLMT_OK);
-    int64_t resumed_from = -1;
     int32_t tier = -1;
-    assert_int_equal(llmt_ckpt_latest(cs, &resumed_from, &tier, NULL, 0), LLMT_OK);
+    const int64_t resumed_from = latest_step(store, fast, &tier);
     print_message("the last run resumes from step %lld of %d (%s tier)\n", (long long)resumed_from,
                   TOTAL, tier ? "fast" : "durable");
     assert_true(resumed_from >= TOTAL / 10 && resumed_from < TOTAL);
-    llmt_ckpt_store_free(cs);
-    llmt_context_free(ctx);
 
     /* Let it finish: resuming from whatever the kills left. */
     assert_int_equal(run_to_end(harness, store, fast, out), 0);
