@@ -14,10 +14,11 @@
 # mpiexec exits with 128 + the signal of a rank that died of one (and says
 # "exited on signal 9 (Killed)"). Exit 1 on any failed run or check, on any
 # other exit status, on too few kills, or when, in either mode, fewer than
-# half of its kills came in the middle of a save: sync, a step-N.tmp-* left
-# of a step newer than the newest checkpoint (a rotation's tmp is of an
-# older one); async, the victim inside its writer or the commit (the phase
-# it kept in DIR/phase: W or C).
+# half of its kills came in the middle of a save, as the phase the victim
+# kept in DIR/phase says: sync, inside llmt_trainer_save (S; or a
+# step-N.tmp-* left of a step newer than the newest checkpoint, which a
+# rotation's tmp is not); async, inside its writer or the close (W or C:
+# the agreement and rank 0's commit).
 set -u
 # When a rank dies, mpiexec sends the others SIGTERM and by default waits
 # 1 s (odls_base_sigkill_timeout) before their SIGKILL: 0 ends each killed
@@ -26,7 +27,7 @@ export OMPI_MCA_odls_base_sigkill_timeout=0
 mpiexec=$1 bin=$2 dir=$3 want=$4
 rm -rf "$dir" && mkdir -p "$dir" || exit 1
 killed=0 trial=0 failed=0 start=$(date +%s)
-killed_sync=0 mid_sync=0 killed_async=0 mid_async=0
+killed_sync=0 mid_sync=0 tmp_sync=0 killed_async=0 mid_async=0
 while [ "$killed" -lt "$want" ] && [ "$trial" -lt $((want * 2)) ]; do
     trial=$((trial + 1))
     rm -rf "$dir/ckpt" "$dir/phase"
@@ -46,7 +47,8 @@ while [ "$killed" -lt "$want" ] && [ "$trial" -lt $((want * 2)) ]; do
     [ "${tmp:-0}" -gt "${newest:-0}" ] && partial=1
     if [ "$rc" -eq 137 ] && [ "$saves" = sync ]; then
         killed=$((killed + 1)) killed_sync=$((killed_sync + 1))
-        mid_sync=$((mid_sync + partial))
+        tmp_sync=$((tmp_sync + partial))
+        [ "$phase" = S ] || [ "$partial" -eq 1 ] && mid_sync=$((mid_sync + 1))
     elif [ "$rc" -eq 137 ]; then
         killed=$((killed + 1)) killed_async=$((killed_async + 1))
         case "$phase" in W|C) mid_async=$((mid_async + 1)) ;; esac
@@ -66,7 +68,8 @@ while [ "$killed" -lt "$want" ] && [ "$trial" -lt $((want * 2)) ]; do
     fi
 done
 echo "$killed of $trial trials killed a rank: sync $mid_sync of $killed_sync in the middle" \
-    "of a save, async $mid_async of $killed_async in a writer or commit" \
+    "of a save ($tmp_sync left its step-N.tmp), async $mid_async of $killed_async in a writer" \
+    "or commit" \
     "($(($(date +%s) - start)) s)"
 if [ "$killed" -ge "$want" ] && [ $((mid_sync * 2)) -lt "$killed_sync" ]; then
     echo "FAILED: fewer than half of the sync kills came in the middle of a save"
