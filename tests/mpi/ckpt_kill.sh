@@ -15,10 +15,12 @@
 # "exited on signal 9 (Killed)"). Exit 1 on any failed run or check, on any
 # other exit status, on too few kills, or when, in either mode, fewer than
 # half of its kills came in the middle of a save, as the phase the victim
-# kept in DIR/phase says: sync, inside llmt_trainer_save (S; or a
-# step-N.tmp-* left of a step newer than the newest checkpoint, which a
-# rotation's tmp is not); async, inside its writer or the close (W or C:
-# the agreement and rank 0's commit).
+# kept in DIR/phase says: sync, inside llmt_trainer_save (S, or W or C
+# should the wrappers below it ever see a sync save; or a step-N.tmp-* left
+# of a step newer than the newest checkpoint, which a rotation's tmp is
+# not); async, inside its writer or the close (W or C: the agreement and
+# rank 0's commit). And when no sync kill left such a step-N.tmp-* (the
+# partial store the check must recover from).
 set -u
 # When a rank dies, mpiexec sends the others SIGTERM and by default waits
 # 1 s (odls_base_sigkill_timeout) before their SIGKILL: 0 ends each killed
@@ -48,7 +50,7 @@ while [ "$killed" -lt "$want" ] && [ "$trial" -lt $((want * 2)) ]; do
     if [ "$rc" -eq 137 ] && [ "$saves" = sync ]; then
         killed=$((killed + 1)) killed_sync=$((killed_sync + 1))
         tmp_sync=$((tmp_sync + partial))
-        [ "$phase" = S ] || [ "$partial" -eq 1 ] && mid_sync=$((mid_sync + 1))
+        case "$phase$partial" in S* | W* | C* | *1) mid_sync=$((mid_sync + 1)) ;; esac
     elif [ "$rc" -eq 137 ]; then
         killed=$((killed + 1)) killed_async=$((killed_async + 1))
         case "$phase" in W|C) mid_async=$((mid_async + 1)) ;; esac
@@ -73,6 +75,10 @@ echo "$killed of $trial trials killed a rank: sync $mid_sync of $killed_sync in 
     "($(($(date +%s) - start)) s)"
 if [ "$killed" -ge "$want" ] && [ $((mid_sync * 2)) -lt "$killed_sync" ]; then
     echo "FAILED: fewer than half of the sync kills came in the middle of a save"
+    failed=1
+fi
+if [ "$killed" -ge "$want" ] && [ "$killed_sync" -gt 0 ] && [ "$tmp_sync" -eq 0 ]; then
+    echo "FAILED: no sync kill left a partial save (a step-N.tmp-*)"
     failed=1
 fi
 if [ "$killed" -ge "$want" ] && [ $((mid_async * 2)) -lt "$killed_async" ]; then

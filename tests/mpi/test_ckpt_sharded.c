@@ -29,8 +29,9 @@
  *       after every step (keeping 2; async saves for an odd SEED), while one
  *       rank (chosen by SEED) kills itself with SIGKILL at a random instant
  *       inside one of the saves 4 to 7 (a timer armed as that save starts),
- *       the victim of an async trial keeping in DIR/phase where it is: W in
- *       its writer, C in the commit (the join), - elsewhere; then
+ *       the victim keeping in DIR/phase where it is: sync, S inside
+ *       llmt_trainer_save; async, W in its writer, C in the commit (the
+ *       join); - elsewhere; then
  *   test_ckpt_sharded check DIR   checks that every checkpoint left
  *       verifies, that the newest loads with the uninterrupted run's state,
  *       and that the run saves again (ckpt_kill.sh runs the trials).
@@ -1003,10 +1004,10 @@ static void do_churn(const char *dir, llmt_comm *comm, unsigned seed)
         train(&r, 1, NULL);
         if (async)
             continue; /* the wrappers arm the victim's kill */
+        set_phase('S');
         if (rank == victim && s == at)
             arm_kill(fraction * shortest);
         double t0 = now();
-        set_phase('S');
         must(llmt_trainer_save(r.tr, LLMT_CKPT_DURABLE), "save");
         set_phase('-');
         shortest = now() - t0 < shortest ? now() - t0 : shortest;

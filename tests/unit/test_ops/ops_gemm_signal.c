@@ -6,11 +6,12 @@
  * the calling thread and to the worker of the device's two-thread team
  * while they run products with K = 256 and 512: every handler must run on
  * its own thread's stack, and the products must still be right. The
- * products go on until the caller has handled WANT_HANDLED signals: on a
- * busy machine the sending thread may not run at all during a fixed number
- * of products (CI once saw none handled). Without the
- * held signals the process usually aborts in a later free ("corrupted size
- * vs. prev_size") before the count is checked; either way the test fails.
+ * products go on until the two have handled WANT_HANDLED signals (nearly
+ * all on the caller: a worker blocks them for good before its first
+ * product): on a busy machine the sending thread may not run at all during
+ * a fixed number of products (CI once saw none handled). Without the held
+ * signals the process usually aborts in a later free ("corrupted size vs.
+ * prev_size") before the count is checked; either way the test fails.
  * Then the same for a worker that libgomp started after the team's workers
  * had blocked them (check_new_worker). Where oneDNN does not pick those
  * kernels (a CPU without AVX, a oneDNN with the fix) the products never run
@@ -89,8 +90,8 @@ static double seconds_since(const struct timespec *t0)
 }
 
 /* Whether to run another round of products after `round` of them: at least
- * `rounds`, then until the caller has handled WANT_HANDLED signals or
- * MOST_SECONDS have passed since *t0 (the caller then asserts the count). */
+ * `rounds`, then until the targets have handled WANT_HANDLED signals or
+ * MOST_SECONDS have passed since *t0 (the check then asserts the count). */
 static int another_round(int round, int rounds, const struct timespec *t0)
 {
     if (round < rounds)
