@@ -331,7 +331,6 @@ static int alloc_buffers(const llmt_model *m, int64_t split, int64_t home, grad_
     return rc;
 }
 
-
 /* Copies bytes between two buffers, each host (HOST_STATE) or device memory. */
 static int copy_any(const llmt_model *m, void *dst, int dst_host, const void *src, int src_host,
                     size_t bytes)

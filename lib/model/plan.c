@@ -46,7 +46,7 @@ void llmt_plan_config_init(llmt_plan_config *cfg)
  * copy's elements kept on demand (by the model's own grad_place.h
  * functions, for a backend whose memory the host can or cannot read). */
 typedef struct param_counts {
-    int64_t params, prefix, grad_split, bucket, home_on_demand;
+    int64_t params, prefix, grad_split, bucket, home_kept;
 } param_counts;
 
 static int count_params(const llmt_plan_config *c, int host_memory, param_counts *out)
@@ -63,7 +63,7 @@ static int count_params(const llmt_plan_config *c, int host_memory, param_counts
         if (c->offload_parts & LLMT_OFFLOAD_GRADS) {
             out->grad_split = llmt_grad_split(out->prefix);
             out->bucket = llmt_grad_bucket_elems(&tmp, out->grad_split, host_memory);
-            out->home_on_demand = llmt_grad_home_elems(&tmp, out->grad_split);
+            out->home_kept = llmt_grad_home_elems(&tmp, out->grad_split);
         }
     }
     free(tmp.params);
@@ -225,7 +225,7 @@ static int64_t rank_grad_home(const llmt_plan_config *c, const param_counts *n,
 {
     const int32_t batch = c->batch_size ? c->batch_size : c->micro_batch;
     const int32_t count = (batch + c->micro_batch - 1) / c->micro_batch;
-    return llmt_dp_grad_home(n->grad_split, n->home_on_demand, !host_memory, c->reduce_mode,
+    return llmt_dp_grad_home(n->grad_split, n->home_kept, !host_memory, c->reduce_mode,
                              count, c->world_size, rank);
 }
 

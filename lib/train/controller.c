@@ -158,11 +158,11 @@ static int64_t grad_home(const llmt_controller *c, int64_t gs)
     const llmt_model *m = o->model;
     if (!o->comm || !o->comm->alltoallv_add)
         return gs;
-    const int64_t on_demand = llmt_grad_home_elems(m, gs);
+    const int64_t kept = llmt_grad_home_elems(m, gs);
     const int from_slots = llmt_grad_bucket_slots(m->ops->host_memory) > 1;
     int64_t most = 0;
     for (int32_t count = 1; count <= c->batch && most < gs; count++) {
-        int64_t h = llmt_dp_grad_home(gs, on_demand, from_slots, o->reduce_mode, count,
+        int64_t h = llmt_dp_grad_home(gs, kept, from_slots, o->reduce_mode, count,
                                       llmt_comm_size(o->comm), llmt_comm_rank(o->comm));
         most = h > most ? h : most;
     }

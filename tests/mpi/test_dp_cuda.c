@@ -517,6 +517,15 @@ static int deferring_join(void *user)
     return rc ? rc : engine_join(user);
 }
 
+/* This rank's fast window (the micro-batches it adds before an exchange in
+ * fast mode: [floor(c r / N), floor(c (r + 1) / N)) of c), worked out by
+ * hand, and in *count the step's micro-batch count c at `micro` rows. */
+static int32_t fast_window(int32_t *count)
+{
+    *count = (B + micro - 1) / micro;
+    return *count * (rank + 1) / size - *count * rank / size;
+}
+
 /* What an overlapped bf16_mixed run of test_overlap keeps in host memory
  * (mode: its reduce mode; parts: its offload of every layer): the
  * offloaded gradients' host copy is none where this rank adds one
@@ -529,8 +538,8 @@ static int deferring_join(void *user)
 static void expect_grad_home(const run *r, int mode, int32_t parts, const char *what)
 {
     const llmt_model *m = r->model;
-    const int32_t count = (B + micro - 1) / micro;
-    const int32_t window = count * (rank + 1) / size - count * rank / size;
+    int32_t count = 0;
+    const int32_t window = fast_window(&count);
     int64_t elems = 0;
     if (parts && mode == LLMT_REDUCE_FAST && window >= 2)
         elems = m->grad_split;
@@ -574,8 +583,8 @@ static void expect_grad_home(const run *r, int mode, int32_t parts, const char *
  * placement, the top rung's. */
 static void expect_controller_host(const run *r, int mode, const char *what)
 {
-    const int32_t count = (B + micro - 1) / micro;
-    const int32_t window = count * (rank + 1) / size - count * rank / size;
+    int32_t count = 0;
+    const int32_t window = fast_window(&count);
     const int keeps_most = mode != LLMT_REDUCE_FAST || window >= 2;
     llmt_controller c;
     llmt_controller_init(&c, r->model, NULL, B, T, 0, micro);

@@ -37,6 +37,7 @@ static _Thread_local char *t_stack_lo, *t_stack_hi;
 static volatile sig_atomic_t g_handled, g_off_stack;
 static pthread_t g_targets[2]; /* the caller and the team's worker */
 static atomic_int g_stop;      /* set: the helper thread stops sending */
+static struct timespec g_since; /* when the helper thread was started */
 
 /* Notes the calling thread's stack (t_stack_lo, t_stack_hi). */
 static void note_stack(void)
@@ -81,22 +82,23 @@ static void *pester(void *arg)
 
 enum { WANT_HANDLED = 20, MOST_SECONDS = 60 };
 
-/* Seconds since *t0 on the monotonic clock. */
-static double seconds_since(const struct timespec *t0)
+/* Seconds since the helper thread was started (g_since). */
+static double seconds_pestering(void)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + 1e-9 * (double)(now.tv_nsec - t0->tv_nsec);
+    return (double)(now.tv_sec - g_since.tv_sec) + 1e-9 * (double)(now.tv_nsec - g_since.tv_nsec);
 }
 
 /* Whether to run another round of products after `round` of them: at least
  * `rounds`, then until the targets have handled WANT_HANDLED signals or
- * MOST_SECONDS have passed since *t0 (the check then asserts the count). */
-static int another_round(int round, int rounds, const struct timespec *t0)
+ * MOST_SECONDS have passed since the helper thread started (the check then
+ * asserts the count). */
+static int another_round(int round, int rounds)
 {
     if (round < rounds)
         return 1;
-    return g_handled < WANT_HANDLED && seconds_since(t0) < MOST_SECONDS;
+    return g_handled < WANT_HANDLED && seconds_pestering() < MOST_SECONDS;
 }
 
 /* Largest |c - a b| over the m x n result, relative to the largest |a b|,
@@ -117,7 +119,7 @@ static double product_error(const float *a, int lda, const float *b, int ldb, co
 }
 
 /* Installs on_usr1 for SIGUSR1 (the old action into *old) and starts the
- * helper thread sending it to g_targets. */
+ * helper thread sending it to g_targets (at g_since). */
 static void start_pestering(struct sigaction *old, pthread_t *helper)
 {
     struct sigaction sa;
@@ -128,6 +130,7 @@ static void start_pestering(struct sigaction *old, pthread_t *helper)
     assert_int_equal(sigaction(SIGUSR1, &sa, old), 0);
     g_handled = g_off_stack = 0;
     atomic_store(&g_stop, 0);
+    clock_gettime(CLOCK_MONOTONIC, &g_since);
     assert_int_equal(pthread_create(helper, NULL, pester, NULL), 0);
 }
 
@@ -162,10 +165,8 @@ static void check_new_worker(const float *a, const float *b, float *c, int m, in
     }
     struct sigaction old;
     pthread_t helper;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     start_pestering(&old, &helper);
-    for (int r = 0; another_round(r, 40, &t0); r++)
+    for (int r = 0; another_round(r, 40); r++)
         OK(llmt_cpu_gemm(dev, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n, LLMT_DTYPE_F32, NULL));
     stop_pestering(&old, helper);
     double err = product_error(a, k, b, n, c, n, m, n, k);
@@ -197,11 +198,9 @@ void check_gemm_signals(void)
     }
     struct sigaction old;
     pthread_t helper;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     start_pestering(&old, &helper);
     double err_serial = 0.0;
-    for (int r = 0; another_round(r, REPS, &t0); r++) {
+    for (int r = 0; another_round(r, REPS); r++) {
         /* one thread, K = 256: the caller's */
         OK(llmt_cpu_gemm(dev, 0, 0, 64, 64, 256, 1.0f, a, K, b, N, 0.0f, c, N, LLMT_DTYPE_F32,
                          NULL));
